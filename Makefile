@@ -1,0 +1,39 @@
+# kuberl: `make demo` trains the example locally; `make test` runs the tests.
+# Both start from a machine with only Python 3.11 and create .venv themselves.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install demo test test-fast e2e lint crds check-crds bench bench-deps clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+# torch goes first and pinned: a plain "torch" requirement pulls gigabytes of CUDA packages.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -c constraints.txt -e ".[trainer,operator,dev]"
+	touch $@
+
+install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools
+
+demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally
+	$(BIN)/kuberl train -f examples/cartpole-ppo.yaml
+
+test: $(STAMP) ## run the unit and integration tests
+	$(BIN)/python -m pytest -q tests
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check src tests bench e2e
+
+crds: $(STAMP) ## regenerate crds/ and the chart's CRD from the API types
+	$(BIN)/python -m kuberl.api.crd
+
+clean: ## remove local runs and caches (keeps .venv)
+	rm -rf kuberl-runs .pytest_cache .ruff_cache

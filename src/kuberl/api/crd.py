@@ -1,0 +1,169 @@
+"""Generate the RLExperiment CustomResourceDefinition from the API types.
+
+`make crds` writes `crds/rlexperiment.yaml` and the chart's copy; a test fails
+when either drifts from what this module generates.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kuberl.api import types
+
+_DROP = {"title", "default", "examples"}
+_CHART_CRD = Path("charts/kuberl/templates/crd.yaml")
+_CRD_FILE = Path("crds/rlexperiment.yaml")
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return _resolve({**target, **extra}, defs)
+    return {k: _resolve(v, defs) for k, v in node.items() if k != "$defs"}
+
+
+def _structural(node: Any) -> Any:
+    """Rewrite pydantic's JSON schema into a Kubernetes structural schema."""
+    if isinstance(node, list):
+        return [_structural(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: v for k, v in node.items() if k not in _DROP}
+    if "anyOf" in node:
+        options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
+        if node.get("x-kubernetes-int-or-string"):
+            pattern = next((o["pattern"] for o in options if "pattern" in o), None)
+            if pattern:
+                node["pattern"] = pattern
+        elif len(options) == 1:
+            node = {**options[0], **node}
+        else:
+            raise ValueError(f"cannot express union in a structural schema: {options}")
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+        node.setdefault("type", "string")
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        node.pop("additionalProperties", None)
+        node["type"] = "object"
+    if "properties" in node:
+        node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
+        node.pop("additionalProperties", None)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _structural(node["additionalProperties"])
+    if "items" in node:
+        node["items"] = _structural(node["items"])
+    return {k: node[k] for k in sorted(node)}
+
+
+def _schema(model: type) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return _structural(_resolve(raw, raw.get("$defs", {})))
+
+
+def build_crd() -> dict[str, Any]:
+    spec_schema = _schema(types.RLExperimentSpec)
+    status_schema = _schema(types.RLExperimentStatus)
+    columns = [
+        ("Phase", "string", ".status.phase", 0),
+        ("Algorithm", "string", ".spec.algorithm", 0),
+        ("Env", "string", ".spec.env.id", 0),
+        ("Iteration", "integer", ".status.iteration", 0),
+        ("Timesteps", "integer", ".status.timesteps", 0),
+        ("Return", "number", ".status.episodeReturnMean", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+        ("Checkpoint", "string", ".status.lastCheckpoint", 1),
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{types.PLURAL}.{types.GROUP}",
+            "labels": {"app.kubernetes.io/name": "kuberl", "app.kubernetes.io/component": "crd"},
+        },
+        "spec": {
+            "group": types.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": types.KIND,
+                "listKind": f"{types.KIND}List",
+                "plural": types.PLURAL,
+                "singular": types.SINGULAR,
+                "shortNames": list(types.SHORT_NAMES),
+                "categories": ["kuberl"],
+            },
+            "versions": [
+                {
+                    "name": types.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.workers.replicas",
+                            "statusReplicasPath": ".status.workers",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": n, "type": t, "jsonPath": p, **({"priority": pr} if pr else {})}
+                        for n, t, p, pr in columns
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "An RLExperiment trains a reinforcement-learning policy on a Ray cluster.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_crd() -> str:
+    header = "# Generated from src/kuberl/api/types.py by `make crds`. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+def render_chart_crd() -> str:
+    """The chart's copy: the same CRD, behind the crds.install toggle and kept on uninstall."""
+    crd = build_crd()
+    crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    body = yaml.safe_dump(crd, sort_keys=False, width=120)
+    return (
+        "# Generated from src/kuberl/api/types.py by `make crds`. Do not edit.\n"
+        "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(argv[0]) if argv else Path(".")
+    (root / _CRD_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (root / _CRD_FILE).write_text(render_crd())
+    if (root / _CHART_CRD).parent.is_dir():
+        (root / _CHART_CRD).write_text(render_chart_crd())
+    print(f"wrote {root / _CRD_FILE}" + (f" and {root / _CHART_CRD}" if (root / _CHART_CRD).exists() else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

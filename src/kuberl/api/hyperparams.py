@@ -1,0 +1,84 @@
+"""Algorithm hyperparameters: what `spec.config` may hold for each algorithm.
+
+The same models back the Python API's `.training(...)`, so YAML and Python use
+the same names (camelCase in YAML, snake_case in Python). Defaults solve
+CartPole-v1, Acrobot-v1 and Pendulum-v1 without tuning.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kuberl.api.types import _Model
+
+
+class CommonParams(_Model):
+    seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
+    lr: float = Field(3e-4, gt=0, le=1.0)
+    gamma: float = Field(0.99, ge=0, le=1.0)
+    hidden: list[int] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8)
+    activation: Literal["tanh", "relu"] = "tanh"
+    grad_clip: float | None = Field(0.5, gt=0)
+    observation_filter: Literal["none", "mean_std"] = Field(
+        "none", description="mean_std: running mean/std normalisation, synced from workers each iteration."
+    )
+
+
+class PPOParams(CommonParams):
+    lr: float = Field(1e-3, gt=0, le=1.0)
+    gae_lambda: float = Field(0.95, ge=0, le=1.0)
+    clip_param: float = Field(0.2, gt=0)
+    vf_clip_param: float | None = Field(10.0, gt=0, description="Value clipping range; null disables it.")
+    vf_coeff: float = Field(0.5, ge=0)
+    entropy_coeff: float = Field(0.0, ge=0)
+    num_epochs: int = Field(4, ge=1, le=100)
+    minibatch_size: int = Field(256, ge=1)
+    normalize_advantages: bool = True
+    anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over stop.timesteps.")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early past this KL.")
+
+
+class DQNParams(CommonParams):
+    lr: float = Field(5e-4, gt=0, le=1.0)
+    activation: Literal["tanh", "relu"] = "relu"
+    hidden: list[int] = Field(default_factory=lambda: [128, 128], min_length=1, max_length=8)
+    grad_clip: float | None = Field(10.0, gt=0)
+    n_step: int = Field(3, ge=1, le=100)
+    double_q: bool = True
+    dueling: bool = True
+    train_batch_size: int = Field(64, ge=1)
+    learning_starts: int = Field(1_000, ge=0, description="Env steps before the first update.")
+    replay_ratio: float = Field(
+        0.25, gt=0, description="Learner updates per env step (times train_batch_size samples per update)."
+    )
+    target_update_interval: int = Field(500, ge=1, description="Learner updates between target-network syncs.")
+    epsilon_start: float = Field(1.0, ge=0, le=1)
+    epsilon_end: float = Field(0.02, ge=0, le=1)
+    epsilon_timesteps: int = Field(20_000, ge=1)
+    priority_alpha: float = Field(0.6, ge=0, le=1)
+    priority_beta: float = Field(0.4, ge=0, le=1)
+    priority_beta_timesteps: int = Field(100_000, ge=1, description="Anneal beta to 1 over this many env steps.")
+    priority_eps: float = Field(1e-6, gt=0)
+
+
+class ApexDQNParams(DQNParams):
+    lr: float = Field(5e-4, gt=0, le=1.0)
+    train_batch_size: int = Field(256, ge=1)
+    learning_starts: int = Field(5_000, ge=0)
+    target_update_interval: int = Field(200, ge=1)
+    worker_epsilon_base: float = Field(0.4, gt=0, le=1, description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)).")
+    worker_epsilon_exponent: float = Field(7.0, ge=0)
+    weight_sync_interval: int = Field(20, ge=1, description="Learner updates between weight broadcasts.")
+    prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
+    max_replay_ratio: float | None = Field(
+        8.0, gt=0, description="Upper bound on sampled/added transitions, so the learner cannot overfit a small buffer."
+    )
+
+
+HYPERPARAMS: dict[str, type[CommonParams]] = {
+    "ppo": PPOParams,
+    "dqn": DQNParams,
+    "apex-dqn": ApexDQNParams,
+}

@@ -1,0 +1,208 @@
+"""The RLExperiment resource: the one source of truth for its spec and status.
+
+`crds/rlexperiment.yaml` is generated from these models (`make crds`); the
+operator and `kuberl train` both validate manifests with them. Field names are
+the manifest's camelCase names; Python code uses the snake_case attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "kuberl.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "RLExperiment"
+PLURAL = "rlexperiments"
+SINGULAR = "rlexperiment"
+SHORT_NAMES = ["rlx"]
+
+ALGORITHMS = ("ppo", "dqn", "apex-dqn")
+OFF_POLICY_ALGORITHMS = ("dqn", "apex-dqn")
+Algorithm = Literal["ppo", "dqn", "apex-dqn"]
+Phase = Literal["Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+# Kubernetes resource quantities ("500m", "2", "1.5", "4Gi", "512M").
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+STORAGE_URI_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file://.+)$"
+ENDPOINT_PATTERN = r"^https?://[^\s/]+(/.*)?$"
+# A DNS-1123 subdomain, as Kubernetes requires for object names.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+
+
+class _Model(BaseModel):
+    """Strict camelCase model: unknown fields are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_assignment=True,
+    )
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The manifest form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+_INT_OR_STRING = {"x-kubernetes-int-or-string": True}
+CpuQuantity = Annotated[
+    Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=CPU_PATTERN)], Field(json_schema_extra=_INT_OR_STRING)
+]
+MemoryQuantity = Annotated[
+    Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=MEMORY_PATTERN)], Field(json_schema_extra=_INT_OR_STRING)
+]
+
+
+class EnvSpec(_Model):
+    id: str = Field(min_length=1, max_length=253, description='A Gymnasium id ("CartPole-v1") or "package.module:Class".')
+    config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
+
+
+class RolloutsSpec(_Model):
+    workers: int = Field(0, ge=0, le=1024, description="Rollout worker actors; 0 samples in the learner's process.")
+    envs_per_worker: int = Field(8, ge=1, le=4096, description="Vectorised envs each worker steps.")
+    fragment_length: int = Field(64, ge=1, le=100_000, description="Steps per env in each sample batch.")
+
+
+class ReplaySpec(_Model):
+    shards: int = Field(1, ge=0, le=256, description="Replay shard actors (Ape-X); off-policy algorithms need >= 1.")
+    capacity: int = Field(100_000, ge=1, le=1_000_000_000, description="Transitions kept, split across the shards.")
+    prioritized: bool = Field(True, description="Proportional prioritized replay; false samples uniformly.")
+
+
+class LearnerSpec(_Model):
+    gpus: int = Field(0, ge=0, le=16, description="GPUs the learner uses; some pod must provide them.")
+
+
+class StopSpec(_Model):
+    timesteps: int | None = Field(None, ge=1, description="Stop after this many env steps.")
+    episode_return_mean: float | None = Field(None, description="Stop once the 100-episode return mean reaches this.")
+    time_seconds: int | None = Field(None, ge=1, description="Stop after this much training time.")
+    iterations: int | None = Field(None, ge=1, description="Stop after this many training iterations.")
+
+
+class CheckpointSpec(_Model):
+    every_iterations: int = Field(10, ge=1, description="Write a checkpoint every N iterations (and at the end).")
+    keep: int = Field(5, ge=1, le=1000, description="Complete checkpoints kept; older ones are deleted.")
+
+
+class TracesSpec(_Model):
+    enabled: bool = Field(True, description="Write one JSON record per finished episode.")
+    steps: bool = Field(False, description="Also record per-step obs, action and reward.")
+
+
+class SecretRef(_Model):
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+
+
+class StorageSpec(_Model):
+    uri: str | None = Field(
+        None, pattern=STORAGE_URI_PATTERN, max_length=1024,
+        description="s3://bucket/prefix or file:///path; `kuberl train` defaults to ./kuberl-runs/.",
+    )
+    endpoint: str | None = Field(None, pattern=ENDPOINT_PATTERN, max_length=1024, description="S3-compatible endpoint URL.")
+    region: str | None = Field(None, max_length=64, description="S3 region (default from the AWS config chain).")
+    secret_ref: SecretRef | None = Field(
+        None, description="Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY keys."
+    )
+
+
+class Toleration(_Model):
+    key: str | None = Field(None, max_length=317)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(None, ge=0)
+
+
+class PodSpec(_Model):
+    cpu: CpuQuantity = Field("2", description="CPU request and limit.")
+    memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
+    gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+
+
+class WorkersSpec(PodSpec):
+    replicas: int = Field(0, ge=0, le=1000, description="Ray worker pods beside the head.")
+    cpu: CpuQuantity = Field("4", description="CPU request and limit.")
+    memory: MemoryQuantity = Field("8Gi", description="Memory request and limit.")
+
+
+class RLExperimentSpec(_Model):
+    algorithm: Algorithm = Field(description="ppo | dqn | apex-dqn")
+    env: EnvSpec
+    config: FreeForm = Field(default_factory=dict, description="Algorithm hyperparameters (lr, gamma, ...).")
+    rollouts: RolloutsSpec = Field(default_factory=RolloutsSpec)
+    replay: ReplaySpec = Field(default_factory=ReplaySpec)
+    learner: LearnerSpec = Field(default_factory=LearnerSpec)
+    stop: StopSpec = Field(default_factory=StopSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    traces: TracesSpec = Field(default_factory=TracesSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    image: str | None = Field(None, max_length=1024, description="Trainer image; default from the operator's settings.")
+    head: PodSpec = Field(default_factory=PodSpec)
+    workers: WorkersSpec = Field(default_factory=WorkersSpec)
+    backoff_limit: int = Field(3, ge=0, le=100, description="Head restarts before the experiment fails.")
+    suspend: bool = Field(False, description="True deletes the pods and keeps storage; false again resumes.")
+    ttl_seconds_after_finished: int | None = Field(
+        None, ge=0, description="Delete the pods this long after Succeeded/Failed (the resource stays)."
+    )
+    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class RLExperimentStatus(_Model):
+    phase: Phase | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    attempt: int | None = Field(None, description="Execution attempt; increases on every head (re)start.")
+    workers: int | None = Field(None, description="Ready worker pods (the scale subresource's replicas).")
+    selector: str | None = Field(None, description="Label selector of the worker pods (scale subresource).")
+    iteration: int | None = None
+    timesteps: int | None = None
+    episode_return_mean: float | None = None
+    last_checkpoint: str | None = None
+    message: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+
+
+class Metadata(BaseModel):
+    """The part of ObjectMeta a manifest needs; the API server owns the rest."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    namespace: str | None = Field(None, max_length=63)
+
+
+class RLExperiment(_Model):
+    api_version: Literal["kuberl.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["RLExperiment"] = KIND
+    metadata: Metadata
+    spec: RLExperimentSpec
+    status: RLExperimentStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name

@@ -1,0 +1,269 @@
+"""Turn manifest text into a validated RLExperiment, or into errors that name fields.
+
+Everything here is pure and light (pyyaml, pydantic): the operator and the CLI
+share it. Checks that need the trainer's libraries (does the env exist, does
+the algorithm support its action space) live in `kuberl.trainer.checks`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kuberl.api.hyperparams import HYPERPARAMS, CommonParams
+from kuberl.api.types import API_VERSION, KIND, OFF_POLICY_ALGORITHMS, RLExperiment
+
+MAX_MANIFEST_BYTES = 1_000_000
+MAX_YAML_NODES = 100_000
+
+
+@dataclass(frozen=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ManifestError(ValueError):
+    """A manifest a user must fix; each problem names the field."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+def fail(path: str, message: str) -> ManifestError:
+    return ManifestError([FieldError(path, message)])
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses alias bombs ("billion laughs") by counting expanded nodes."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _count_nodes(node, budget=[MAX_YAML_NODES])
+        return super().construct_document(node)
+
+
+def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise fail("", f"manifest too large: more than {MAX_YAML_NODES} YAML nodes once aliases are expanded")
+        if isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            for key, value in current.value:
+                stack.extend((key, value))
+
+
+def parse_yaml(text: str, source: str = "manifest") -> dict[str, Any]:
+    """Parse one YAML document into a mapping, with the line of any syntax error."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_MANIFEST_BYTES:
+        raise fail("", f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=_BoundedLoader) if d is not None]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise fail("", f"{source}: invalid YAML at {where}: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise fail("", f"{source}: invalid YAML: {exc}") from None
+    if len(docs) != 1:
+        raise fail("", f"{source}: expected exactly one YAML document, found {len(docs)}")
+    if not isinstance(docs[0], dict):
+        raise fail("", f"{source}: expected a mapping (apiVersion, kind, metadata, spec)")
+    return docs[0]
+
+
+def apply_overrides(doc: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `--set path=value` overrides; paths are relative to `spec` unless they start with a top-level key."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise fail("--set", f"{item!r}: expected key=value, such as rollouts.workers=2")
+        parts = key.split(".")
+        if parts[0] not in ("spec", "metadata", "apiVersion", "kind"):
+            parts = ["spec", *parts]
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = doc
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise fail(".".join(parts[: i + 1]), f"--set {key}: is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return doc
+
+
+def _suggest(word: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _model_fields(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _resolve_model(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that a location's parent refers to, for did-you-mean hints."""
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if model is None or not isinstance(part, str):
+            return None
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return model
+
+
+_MESSAGES = {
+    "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
+    "greater_than": lambda ctx: f"must be > {ctx['gt']}",
+    "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
+    "less_than": lambda ctx: f"must be < {ctx['lt']}",
+    "missing": lambda ctx: "required field is missing",
+    "string_pattern_mismatch": lambda ctx: f"must match the pattern {ctx['pattern']}",
+    "string_too_short": lambda ctx: f"must be at least {ctx['min_length']} characters",
+    "string_too_long": lambda ctx: f"must be at most {ctx['max_length']} characters",
+    "too_short": lambda ctx: f"must have at least {ctx['min_length']} items",
+    "too_long": lambda ctx: f"must have at most {ctx['max_length']} items",
+    "int_type": lambda ctx: "must be an integer",
+    "int_parsing": lambda ctx: "must be an integer",
+    "int_from_float": lambda ctx: "must be a whole number",
+    "float_type": lambda ctx: "must be a number",
+    "float_parsing": lambda ctx: "must be a number",
+    "bool_type": lambda ctx: "must be true or false",
+    "bool_parsing": lambda ctx: "must be true or false",
+    "string_type": lambda ctx: "must be a string",
+    "dict_type": lambda ctx: "must be a mapping",
+    "model_type": lambda ctx: "must be a mapping",
+    "model_attributes_type": lambda ctx: "must be a mapping",
+    "list_type": lambda ctx: "must be a list",
+    "literal_error": lambda ctx: f"must be one of {ctx['expected']}",
+}
+
+
+def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    for err in exc.errors():
+        # Union members (int | str) report once per member: keep the most useful line per field.
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("int", "str", "float")))
+        path = ".".join([prefix, *(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc)]).replace(".[", "[")
+        path = path.lstrip(".")
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            parent = _resolve_model(root, loc[:-1])
+            hint = _suggest(str(loc[-1]), _model_fields(parent)) if parent else ""
+            message = f"unknown field{hint}"
+        elif kind in _MESSAGES:
+            message = _MESSAGES[kind](err.get("ctx") or {})
+        else:
+            message = err["msg"]
+        if path in seen:
+            continue
+        seen.add(path)
+        errors.append(FieldError(path, message))
+    return errors
+
+
+def hyperparams_for(experiment: RLExperiment) -> CommonParams:
+    """The algorithm's hyperparameters from `spec.config`, validated (raises ManifestError)."""
+    params_cls = HYPERPARAMS[experiment.spec.algorithm]
+    try:
+        return params_cls.model_validate(experiment.spec.config)
+    except ValidationError as exc:
+        raise ManifestError(_pydantic_errors(exc, params_cls, "spec.config")) from None
+
+
+def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
+    """What no schema can say: combinations of fields that cannot work together."""
+    spec = experiment.spec
+    errors: list[FieldError] = []
+    if spec.algorithm == "apex-dqn" and spec.replay.shards < 1:
+        errors.append(FieldError("spec.replay.shards", "apex-dqn needs at least 1 replay shard"))
+    stop = spec.stop
+    if stop.timesteps is None and stop.episode_return_mean is None and stop.time_seconds is None and stop.iterations is None:
+        errors.append(
+            FieldError("spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations")
+        )
+    if spec.algorithm in OFF_POLICY_ALGORITHMS and spec.replay.capacity < spec.replay.shards:
+        errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
+    if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:
+        batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)
+        minibatch = spec.config.get("minibatchSize", spec.config.get("minibatch_size"))
+        if isinstance(minibatch, int) and minibatch > batch:
+            errors.append(
+                FieldError(
+                    "spec.config.minibatchSize",
+                    f"must be <= the train batch ({batch} = envsPerWorker x fragmentLength x max(1, workers))",
+                )
+            )
+    return errors
+
+
+def cluster_errors(experiment: RLExperiment) -> list[FieldError]:
+    """Checks that matter only when the experiment runs as pods."""
+    spec = experiment.spec
+    errors: list[FieldError] = []
+    if spec.learner.gpus > max(spec.head.gpus, spec.workers.gpus if spec.workers.replicas else 0):
+        errors.append(
+            FieldError(
+                "spec.learner.gpus",
+                f"asks for {spec.learner.gpus} GPUs but no pod has that many (head.gpus={spec.head.gpus}, "
+                f"workers.gpus={spec.workers.gpus})",
+            )
+        )
+    if spec.storage.uri is None:
+        errors.append(FieldError("spec.storage.uri", "required in a cluster (s3://bucket/prefix)"))
+    elif spec.storage.uri.startswith("file://"):
+        errors.append(FieldError("spec.storage.uri", "file:// storage is lost with the pod; use s3://bucket/prefix"))
+    return errors
+
+
+def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
+    """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects)."""
+    errors: list[FieldError] = []
+    if doc.get("apiVersion") != API_VERSION:
+        errors.append(FieldError("apiVersion", f"must be {API_VERSION!r}, got {doc.get('apiVersion')!r}"))
+    if doc.get("kind") != KIND:
+        errors.append(FieldError("kind", f"must be {KIND!r}, got {doc.get('kind')!r}"))
+    if errors:
+        raise ManifestError(errors)
+    body = doc if strict else {k: doc[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in doc}
+    try:
+        experiment = RLExperiment.model_validate(body)
+    except ValidationError as exc:
+        raise ManifestError(_pydantic_errors(exc, RLExperiment, "")) from None
+    errors = cross_field_errors(experiment)
+    try:
+        hyperparams_for(experiment)
+    except ManifestError as exc:
+        errors.extend(exc.errors)
+    if errors:
+        raise ManifestError(errors)
+    return experiment
+
+
+def load_manifest(text: str, *, overrides: list[str] | None = None, source: str = "manifest") -> RLExperiment:
+    """Parse, override and validate manifest text; raises ManifestError."""
+    doc = parse_yaml(text, source)
+    if overrides:
+        doc = apply_overrides(doc, overrides)
+    return validate_document(doc)

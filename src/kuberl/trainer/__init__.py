@@ -1,0 +1,1 @@
+"""The trainer: algorithms, rollout workers, learners, replay shards, storage and the `kuberl` commands."""
