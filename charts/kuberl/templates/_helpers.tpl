@@ -1,0 +1,79 @@
+{{/* The chart name, overridable. */}}
+{{- define "kuberl.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's object name: RELEASE-kuberl unless the release is already called kuberl. */}}
+{{- define "kuberl.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kuberl.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kuberl.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "kuberl.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "kuberl.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kuberl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kuberl.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kuberl.operatorImage" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "kuberl.trainerImage" -}}
+{{- printf "%s:%s" .Values.trainer.image.repository (default .Chart.AppVersion .Values.trainer.image.tag) }}
+{{- end }}
+
+{{/* Namespaced RBAC needs somewhere to grant rights; the schema says so too, this names the fix. */}}
+{{- define "kuberl.checkValues" -}}
+{{- if and (eq .Values.rbac.scope "namespaced") (empty .Values.rbac.watchNamespaces) }}
+{{- fail "rbac.watchNamespaces: list at least one namespace when rbac.scope is namespaced" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules the operator needs, the same in a ClusterRole and in each namespaced Role:
+its resource and status, the children it builds, events, and Kopf's namespaced peering.
+*/}}
+{{- define "kuberl.namespacedRules" -}}
+- apiGroups: [kuberl.io]
+  resources: [rlexperiments]
+  verbs: [get, list, watch, patch]
+- apiGroups: [kuberl.io]
+  resources: [rlexperiments/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [pods, services, configmaps, secrets]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
