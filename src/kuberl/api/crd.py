@@ -46,7 +46,7 @@ def _structural(node: Any) -> Any:
             if pattern:
                 node["pattern"] = pattern
         elif len(options) == 1:
-            node = {**options[0], **node}
+            return _structural({**options[0], **node})
         else:
             raise ValueError(f"cannot express union in a structural schema: {options}")
     if "const" in node:

@@ -159,15 +159,25 @@ _MESSAGES = {
 }
 
 
+_UNION_MEMBERS = ("int", "str", "float", "bool", "constrained-int", "constrained-str", "constrained-float")
+
+
 def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
-    errors: list[FieldError] = []
-    seen: set[str] = set()
+    by_path: dict[str, tuple[str, dict]] = {}
     for err in exc.errors():
-        # Union members (int | str) report once per member: keep the most useful line per field.
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("int", "str", "float")))
-        path = ".".join([prefix, *(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc)]).replace(".[", "[")
-        path = path.lstrip(".")
-        kind = err["type"]
+        # A union (int | str) reports once per member: keep the member that matches the input's type.
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_MEMBERS))
+        parts = [prefix, *(f"[{p}]" if isinstance(p, int) else str(p) for p in loc)]
+        path = ".".join(p for p in parts if p).replace(".[", "[")
+        previous = by_path.get(path)
+        if previous is not None and not (
+            isinstance(err.get("input"), str) and err["type"].startswith("string_")
+        ):
+            continue
+        by_path[path] = (err["type"], {**err, "loc": loc})
+    errors = []
+    for path, (kind, err) in by_path.items():
+        loc = err["loc"]
         if kind == "extra_forbidden":
             parent = _resolve_model(root, loc[:-1])
             hint = _suggest(str(loc[-1]), _model_fields(parent)) if parent else ""
@@ -176,9 +186,6 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
             message = _MESSAGES[kind](err.get("ctx") or {})
         else:
             message = err["msg"]
-        if path in seen:
-            continue
-        seen.add(path)
         errors.append(FieldError(path, message))
     return errors
 

@@ -1,0 +1,197 @@
+"""The `kuberl` command line.
+
+Exit codes: 0 done; 1 the run failed; 2 the user must fix something (manifest,
+storage location, arguments); 130 interrupted. A user mistake never prints a
+traceback. Heavy libraries are imported only by the subcommand that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kuberl import __version__
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_DESCRIPTION = """\
+kuberl trains reinforcement-learning policies from one RLExperiment manifest:
+on this machine with `kuberl train`, or on Kubernetes through the kuberl operator.
+
+examples:
+  kuberl train -f examples/cartpole-ppo.yaml
+  kuberl train -f experiment.yaml --set rollouts.workers=2 --set config.lr=0.0005
+  kuberl validate -f experiment.yaml
+  kuberl evaluate kuberl-runs/cartpole-ppo --episodes 20
+  kuberl traces kuberl-runs/cartpole-ppo --png curve.png
+"""
+
+
+def _read_manifest_text(path: str) -> str:
+    from kuberl.api.validation import fail
+
+    if path == "-":
+        return sys.stdin.read()
+    file = Path(path)
+    if not file.is_file():
+        raise fail("-f", f"{path}: no such file")
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail("-f", f"{path}: cannot read: {exc}") from None
+
+
+def _load(args: argparse.Namespace):
+    from kuberl.api.validation import load_manifest
+
+    return load_manifest(_read_manifest_text(args.file), overrides=args.set, source=args.file)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from kuberl.api.validation import ManifestError, cluster_errors
+
+    experiment = _load(args)
+    errors = []
+    if not args.skip_env_checks:
+        from kuberl.trainer.checks import env_errors
+
+        errors.extend(env_errors(experiment))
+    if args.cluster:
+        errors.extend(cluster_errors(experiment))
+    if errors:
+        raise ManifestError(errors)
+    print(f"{args.file}: valid {experiment.spec.algorithm} experiment {experiment.name!r} on {experiment.spec.env.id}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from kuberl.trainer.driver import TrainOptions, run_training
+
+    experiment = _load(args)
+    options = TrainOptions(
+        storage_uri=args.storage,
+        fresh=args.fresh,
+        in_cluster=args.in_cluster,
+        status_port=args.status_port,
+        quiet=args.quiet,
+    )
+    summary = run_training(experiment, options)
+    return summary.exit_code
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from kuberl.trainer.evaluate import evaluate_checkpoint
+
+    report = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, endpoint=args.endpoint, seed=args.seed)
+    print(report)
+    return 0
+
+
+def cmd_traces(args: argparse.Namespace) -> int:
+    from kuberl.trainer.traces_report import report
+
+    print(report(args.uri, endpoint=args.endpoint, png_path=args.png))
+    return 0
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from kuberl.operator.main import run_operator
+
+    run_operator(
+        namespaces=args.namespace or [],
+        all_namespaces=args.all_namespaces,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+    )
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from kuberl.api.crd import render_crd
+
+    sys.stdout.write(render_crd())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kuberl", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"kuberl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def manifest_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-f", "--file", required=True, metavar="FILE", help="RLExperiment manifest (- for stdin)")
+        p.add_argument(
+            "--set", action="append", default=[], metavar="KEY=VALUE",
+            help="override a spec field, e.g. rollouts.workers=2 or config.lr=0.0005 (repeatable)",
+        )
+
+    p = sub.add_parser("train", help="train an experiment on this machine (or in the head pod)")
+    manifest_args(p)
+    p.add_argument("--storage", metavar="URI", help="where the run goes (file:///path or s3://bucket/prefix)")
+    p.add_argument("--fresh", action="store_true", help="start over in a new run directory instead of resuming")
+    p.add_argument("--quiet", action="store_true", help="no progress line, only the summary")
+    p.add_argument("--in-cluster", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--status-port", type=int, default=None, metavar="PORT",
+                   help="serve /status and /metrics on this port (default 8080 in a cluster, off locally)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("validate", help="check a manifest without training")
+    manifest_args(p)
+    p.add_argument("--cluster", action="store_true", help="also apply the checks a cluster run needs")
+    p.add_argument("--skip-env-checks", action="store_true", help="do not construct the env (as the operator)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("evaluate", help="run a checkpoint's greedy policy for N episodes")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a run directory or checkpoints/N, local or s3://")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("traces", help="summarise a run's episode traces and plot its learning curve")
+    p.add_argument("uri", metavar="URI", help="a run directory, local or s3://")
+    p.add_argument("--png", metavar="PATH", help="write the learning curve here")
+    p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
+    p.set_defaults(func=cmd_traces)
+
+    p = sub.add_parser("operator", help="run the Kubernetes operator")
+    p.add_argument("--namespace", action="append", metavar="NS", help="watch this namespace (repeatable)")
+    p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
+    p.add_argument("--metrics-port", type=int, default=9090)
+    p.add_argument("--health-port", type=int, default=8081)
+    p.set_defaults(func=cmd_operator)
+
+    p = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
+    p.set_defaults(func=cmd_crd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kuberl.api.validation import ManifestError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ManifestError as exc:
+        for error in exc.errors:
+            print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        from kuberl.trainer.storage.base import StorageError
+
+        if isinstance(exc, StorageError):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
