@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TextIO
 
 import yaml
@@ -100,13 +100,11 @@ class LiveStatus:
     timeSeconds: float = 0.0  # noqa: N815
     envStepsPerSecond: float = 0.0  # noqa: N815
     message: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
-            data = {k: v for k, v in asdict(self).items() if k not in ("lock", "extra")}
-        return data
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
     def update(self, **values: Any) -> None:
         with self.lock:

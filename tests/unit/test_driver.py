@@ -1,0 +1,114 @@
+"""The driver's pure decisions and its status server, without training anything."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from kuberl.api.types import StopSpec
+from kuberl.api.validation import ManifestError, load_manifest
+from kuberl.trainer import metrics
+from kuberl.trainer.driver import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    LiveStatus,
+    Summary,
+    _check_resumable,
+    _write_termination_log,
+    progress_line,
+    stop_reason,
+)
+from kuberl.trainer.status_server import start_status_server
+
+RESULT = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
+          "envStepsPerSecond": 40960.0, "episodes": 90}
+
+
+@pytest.mark.parametrize(
+    ("stop", "expected"),
+    [
+        (StopSpec(episode_return_mean=200), "episodeReturnMean 212.2 >= 200"),
+        (StopSpec(episode_return_mean=450), None),
+        (StopSpec(timesteps=14336), "timesteps 14,336 >= 14,336"),
+        (StopSpec(timesteps=20000), None),
+        (StopSpec(iterations=7), "iteration 7 >= 7"),
+        (StopSpec(time_seconds=3), "timeSeconds 4 >= 3"),
+        (StopSpec(time_seconds=4), None),
+    ],
+)
+def test_stop_reason(stop, expected):
+    assert stop_reason(stop, RESULT) == expected
+
+
+def test_no_return_yet_never_meets_a_return_target():
+    assert stop_reason(StopSpec(episode_return_mean=-1e9), {**RESULT, "episodeReturnMean": None}) is None
+
+
+def test_progress_line_shows_the_figures():
+    line = progress_line(RESULT)
+    assert "iter     7" in line
+    assert "14,336" in line
+    assert "40,960 steps/s" in line
+    assert "212.2" in line
+    assert progress_line({**RESULT, "episodeReturnMean": None}).count(" - ") == 1
+
+
+def test_exit_codes():
+    assert Summary("Succeeded", "", "").exit_code == EXIT_OK
+    assert Summary("InvalidSpec", "", "").exit_code == EXIT_INVALID
+    assert Summary("Terminated", "", "").exit_code == EXIT_TERMINATED
+    assert Summary("Failed", "", "").exit_code == EXIT_FAILED
+
+
+MANIFEST = """\
+apiVersion: kuberl.io/v1alpha1
+kind: RLExperiment
+metadata: {name: run}
+spec: {algorithm: ppo, env: {id: CartPole-v1}, stop: {iterations: 1}}
+"""
+
+
+def test_a_run_of_another_algorithm_cannot_resume():
+    experiment = load_manifest(MANIFEST)
+    previous = MANIFEST.replace("algorithm: ppo", "algorithm: dqn")
+    with pytest.raises(ManifestError) as info:
+        _check_resumable(previous, experiment, "file:///runs/run")
+    [error] = info.value.errors
+    assert error.path == "spec.algorithm"
+    assert "'dqn'" in error.message and "--fresh" in error.message
+    _check_resumable(MANIFEST, experiment, "file:///runs/run")  # same spec: fine
+    _check_resumable(None, experiment, "file:///runs/run")  # nothing there: fine
+
+
+def test_termination_log_is_json_and_bounded(tmp_path, monkeypatch):
+    path = tmp_path / "termination-log"
+    monkeypatch.setenv("KUBERL_TERMINATION_LOG", str(path))
+    _write_termination_log(Summary("Failed", "RuntimeError", "x" * 10_000, iteration=3))
+    text = path.read_text()
+    assert len(text) <= 4000
+    assert text.startswith('{"result": "Failed", "reason": "RuntimeError"')
+
+
+def test_status_server_serves_status_and_metrics():
+    status = LiveStatus(attempt=2)
+    status.update(phase="Running", iteration=7, timesteps=14336, episodeReturnMean=212.25)
+    metrics.observe_result({**RESULT, "replay": {"shard_0": {"size": 1234}}})
+    server = start_status_server(status, 0, host="127.0.0.1")
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        body = json.loads(urllib.request.urlopen(f"{base}/status", timeout=5).read())
+        assert body["phase"] == "Running"
+        assert body["attempt"] == 2
+        assert body["iteration"] == 7
+        assert body["episodeReturnMean"] == 212.25
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=5).read().decode()
+        assert "kuberl_training_iteration 7.0" in text
+        assert 'kuberl_replay_size{shard="shard_0"} 1234.0' in text
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{base}/nope", timeout=5)
+    finally:
+        server.shutdown()
