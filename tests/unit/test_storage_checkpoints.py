@@ -1,0 +1,211 @@
+"""The checkpoint protocol on a local store: manifest, latest, verification, retention, fencing, writer."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kuberl.trainer.storage import StorageError
+from kuberl.trainer.storage.checkpoints import (
+    LATEST,
+    CheckpointCorrupt,
+    CheckpointWriter,
+    FencedError,
+    apply_retention,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_checkpoint,
+    restore_latest,
+    write_checkpoint,
+)
+from kuberl.trainer.storage.local import LocalStore
+
+
+def state(i: int) -> dict[str, bytes]:
+    return {"model.pt": bytes([i % 256]) * (100 + i), "counters.json": json.dumps({"i": i}).encode()}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalStore:
+    return LocalStore(tmp_path / "run")
+
+
+def test_write_then_read_round_trip(store: LocalStore) -> None:
+    info = write_checkpoint(store, 3, state(3), timesteps=300, attempt=1)
+    assert (info.iteration, info.timesteps, info.attempt, info.key) == (3, 300, 1, "checkpoints/000003")
+    assert info.files == {"model.pt": 103, "counters.json": len(state(3)["counters.json"])}
+    manifest = json.loads(store.get_bytes("checkpoints/000003/manifest.json"))
+    assert manifest["files"]["model.pt"]["size"] == 103 and len(manifest["files"]["model.pt"]["sha256"]) == 64
+    assert json.loads(store.get_bytes(LATEST))["checkpoint"] == "000003"
+    assert latest_checkpoint(store) == info
+    assert read_checkpoint(store, info) == state(3)
+
+
+def test_partial_checkpoint_without_manifest_does_not_exist(store: LocalStore) -> None:
+    write_checkpoint(store, 1, state(1), timesteps=10)
+    store.put_bytes("checkpoints/000002/model.pt", b"half")  # crashed before the manifest
+    assert [c.iteration for c in list_checkpoints(store)] == [1]
+    assert latest_checkpoint(store).iteration == 1
+
+
+def test_latest_pointing_at_a_broken_checkpoint_falls_back(store: LocalStore) -> None:
+    write_checkpoint(store, 1, state(1), timesteps=10)
+    write_checkpoint(store, 2, state(2), timesteps=20)
+    store.delete("checkpoints/000002/model.pt")
+    assert latest_checkpoint(store).iteration == 1
+    store.put_bytes(LATEST, b"garbage{")
+    assert latest_checkpoint(store).iteration == 1
+
+
+def test_corrupted_file_of_same_size_is_detected_and_skipped(store: LocalStore) -> None:
+    write_checkpoint(store, 1, state(1), timesteps=10)
+    info2 = write_checkpoint(store, 2, state(2), timesteps=20)
+    flipped = bytearray(store.get_bytes("checkpoints/000002/model.pt"))
+    flipped[5] ^= 0xFF
+    store.put_bytes("checkpoints/000002/model.pt", bytes(flipped))
+    with pytest.raises(CheckpointCorrupt, match="model.pt"):
+        read_checkpoint(store, info2)
+    files, info = restore_latest(store)
+    assert info.iteration == 1 and files == state(1)
+
+
+def test_load_checkpoint_by_directory_or_run_root(store: LocalStore) -> None:
+    write_checkpoint(store, 4, state(4), timesteps=40)
+    write_checkpoint(store, 8, state(8), timesteps=80)
+    files, info = load_checkpoint(store.uri)
+    assert info.iteration == 8 and files == state(8)
+    files, info = load_checkpoint(store.url("checkpoints/000004"))
+    assert info.iteration == 4 and files == state(4)
+    files, info = load_checkpoint(store.url("checkpoints"))
+    assert info.iteration == 8
+    with pytest.raises(StorageError, match="000005"):
+        load_checkpoint(store.url("checkpoints/000005"))
+    with pytest.raises(StorageError, match="no complete checkpoint"):
+        load_checkpoint(store.url("elsewhere"))
+
+
+def test_retention_keeps_newest_complete_and_in_progress(store: LocalStore) -> None:
+    for i in range(1, 6):
+        write_checkpoint(store, i, state(i), timesteps=i)
+    store.put_bytes("checkpoints/000000/model.pt", b"old partial")
+    store.put_bytes("checkpoints/000009/model.pt", b"in progress")
+    deleted = apply_retention(store, keep=2)
+    assert sorted(deleted) == [f"checkpoints/00000{i}" for i in (0, 1, 2, 3)]
+    assert [c.iteration for c in list_checkpoints(store)] == [4, 5]
+    assert store.exists("checkpoints/000009/model.pt")
+
+
+def test_retention_never_deletes_what_latest_names(store: LocalStore) -> None:
+    for i in (1, 2, 3):
+        write_checkpoint(store, i, state(i), timesteps=i, attempt=1)
+    store.put_bytes(LATEST, json.dumps({"checkpoint": "000001", "iteration": 1, "attempt": 1}).encode())
+    apply_retention(store, keep=1)
+    assert [c.iteration for c in list_checkpoints(store)] == [1, 3]
+
+
+def test_older_attempt_is_fenced(store: LocalStore) -> None:
+    write_checkpoint(store, 5, state(5), timesteps=50, attempt=2)
+    with pytest.raises(FencedError):
+        write_checkpoint(store, 9, state(9), timesteps=90, attempt=1)
+    assert latest_checkpoint(store).iteration == 5
+    assert not store.exists("checkpoints/000009/manifest.json")
+    # A newer attempt may move `latest`, even to an older iteration (it resumed from there).
+    write_checkpoint(store, 3, state(3), timesteps=30, attempt=3)
+    assert latest_checkpoint(store).iteration == 3
+
+
+def test_rewrite_of_a_crashed_iteration_removes_the_stale_manifest_first(store: LocalStore) -> None:
+    write_checkpoint(store, 2, state(2), timesteps=20)
+    write_checkpoint(store, 2, state(7), timesteps=21)
+    files, info = restore_latest(store)
+    assert files == state(7) and info.timesteps == 21
+
+
+class SlowStore(LocalStore):
+    """A local store whose puts take a while and can be made to fail."""
+
+    def __init__(self, root: Path, delay: float) -> None:
+        super().__init__(root)
+        self.delay = delay
+        self.failing = threading.Event()
+        self.concurrent = 0
+        self.max_concurrent = 0
+        self.model_puts: list[str] = []
+        self._lock = threading.Lock()
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        with self._lock:
+            self.concurrent += 1
+            self.max_concurrent = max(self.max_concurrent, self.concurrent)
+        try:
+            time.sleep(self.delay)
+            if self.failing.is_set():
+                raise OSError("store unavailable")
+            if key.endswith("model.pt"):
+                self.model_puts.append(key)
+            super().put_bytes(key, data)
+        finally:
+            with self._lock:
+                self.concurrent -= 1
+
+
+def test_writer_does_not_block_and_coalesces(tmp_path: Path) -> None:
+    store = SlowStore(tmp_path, delay=0.05)
+    writer = CheckpointWriter(store, keep=10)
+    started = time.monotonic()
+    assert writer.submit(1, state(1), timesteps=10)
+    while not store.concurrent:  # checkpoint 1 is being written
+        time.sleep(0.001)
+    for i in range(2, 6):
+        assert writer.submit(i, state(i), timesteps=i * 10)
+    assert time.monotonic() - started < 0.05  # submit returned without waiting for puts
+    last = writer.wait(timeout=10)
+    writer.close()
+    assert last is not None and last.iteration == 5
+    assert store.max_concurrent == 1
+    written = sorted({k.split("/")[1] for k in store.model_puts})
+    assert written == ["000001", "000005"]  # 2..4 were replaced by 5 while 1 was in flight
+    assert len(store.model_puts) == len(written)  # never the same checkpoint twice
+    assert not writer.submit(5, state(5), timesteps=50)  # already written
+
+
+def test_writer_retries_until_the_store_is_back(tmp_path: Path) -> None:
+    store = SlowStore(tmp_path, delay=0.0)
+    store.failing.set()
+    written = []
+    writer = CheckpointWriter(store, keep=3, on_written=written.append, max_backoff_seconds=0.2)
+    writer.submit(1, state(1), timesteps=10)
+    time.sleep(0.5)
+    assert writer.failures >= 1 and writer.last is None
+    store.failing.clear()
+    assert writer.wait(timeout=10).iteration == 1
+    assert [c.iteration for c in written] == [1]
+    assert latest_checkpoint(store).iteration == 1
+    writer.close()
+
+
+def test_writer_from_older_attempt_stops_after_fencing(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    write_checkpoint(store, 10, state(10), timesteps=100, attempt=4)
+    writer = CheckpointWriter(store, keep=3, attempt=3)
+    writer.submit(11, state(11), timesteps=110)
+    writer.wait(timeout=10)
+    assert writer.fenced and isinstance(writer.last_error, FencedError)
+    assert not writer.submit(12, state(12), timesteps=120)
+    writer.close()
+    assert latest_checkpoint(store).iteration == 10
+
+
+def test_writer_applies_retention(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    writer = CheckpointWriter(store, keep=2)
+    for i in range(1, 5):
+        writer.submit(i, state(i), timesteps=i)
+        writer.wait(timeout=10)
+    writer.close()
+    assert [c.iteration for c in list_checkpoints(store)] == [3, 4]
