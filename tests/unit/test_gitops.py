@@ -1,0 +1,139 @@
+"""The Argo CD (Lua) and Flux (CEL) health checks give the right status for every fixture.
+
+Both run in real interpreters: Lua 5.1 (Argo CD's gopher-lua speaks 5.1) through lupa, and CEL
+through cel-python, fed the same RLExperiment objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+from lupa import lua51
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGO_DIR = ROOT / "gitops" / "argocd" / "resource_customizations" / "kuberl.io" / "RLExperiment"
+FLUX_DIR = ROOT / "gitops" / "flux"
+HEALTH_LUA = (ARGO_DIR / "health.lua").read_text()
+ARGO_TESTS = yaml.safe_load((ARGO_DIR / "health_test.yaml").read_text())["tests"]
+FLUX_SPEC = yaml.safe_load((FLUX_DIR / "health_test.yaml").read_text())
+FLUX_TESTS = FLUX_SPEC["tests"]
+FLUX_FIXTURES = (FLUX_DIR / FLUX_SPEC["fixtures"]).resolve()
+ARGO_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+
+
+def argo_health(obj: dict[str, Any]) -> dict[str, str]:
+    """Run health.lua the way Argo CD does: `obj` is a global table, the chunk returns `hs`."""
+    lua = lua51.LuaRuntime(unpack_returned_tuples=True)
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    result = lua.execute(HEALTH_LUA)
+    return {"status": result["status"], "message": result["message"]}
+
+
+def _flux_program(expr: str) -> celpy.Runner:
+    env = celpy.Environment()
+    return env.program(env.compile(expr))
+
+
+def flux_status(obj: dict[str, Any], check: dict[str, str]) -> str:
+    """kustomize-controller's order: inProgress, failed, current; an error or no match waits (InProgress)."""
+    activation = {key: celpy.json_to_cel(value) for key, value in obj.items()}
+    for field, verdict in (("inProgress", "InProgress"), ("failed", "Failed"), ("current", "Current")):
+        if field not in check:
+            continue
+        result = _flux_program(check[field]).evaluate(activation)
+        if isinstance(result, celpy.CELEvalError):
+            return "InProgress"
+        if bool(result):
+            return verdict
+    return "InProgress"
+
+
+def _flux_check() -> dict[str, str]:
+    doc = yaml.safe_load((FLUX_DIR / "rlexperiment-health.yaml").read_text())
+    (check,) = [c for c in doc["healthCheckExprs"] if c["kind"] == "RLExperiment"]
+    assert check["apiVersion"] == "kuberl.io/v1alpha1"
+    return check
+
+
+@pytest.mark.parametrize("case", ARGO_TESTS, ids=[Path(c["inputPath"]).stem for c in ARGO_TESTS])
+def test_argocd_health_check_matches_its_fixture(case):
+    obj = yaml.safe_load((ARGO_DIR / case["inputPath"]).read_text())
+    assert case["healthStatus"]["status"] in ARGO_STATUSES
+    assert argo_health(obj) == case["healthStatus"]
+
+
+@pytest.mark.parametrize("case", FLUX_TESTS, ids=[Path(c["inputPath"]).stem for c in FLUX_TESTS])
+def test_flux_health_check_matches_its_fixture(case):
+    obj = yaml.safe_load((FLUX_FIXTURES / case["inputPath"]).read_text())
+    assert flux_status(obj, _flux_check()) == case["status"]
+
+
+def test_every_fixture_is_covered_by_both_tools():
+    fixtures = {p.name for p in (ARGO_DIR / "testdata").glob("*.yaml")}
+    assert {Path(c["inputPath"]).name for c in ARGO_TESTS} == fixtures
+    assert {c["inputPath"] for c in FLUX_TESTS} == fixtures
+    statuses = {c["healthStatus"]["status"] for c in ARGO_TESTS}
+    assert statuses == {"Healthy", "Progressing", "Degraded", "Suspended"}
+
+
+def test_the_tools_agree_where_their_vocabularies_overlap():
+    argo_to_flux = {"Healthy": "Current", "Degraded": "Failed", "Progressing": "InProgress"}
+    flux = {c["inputPath"]: c["status"] for c in FLUX_TESTS}
+    for case in ARGO_TESTS:
+        argo = case["healthStatus"]["status"]
+        if argo in argo_to_flux:
+            assert flux[Path(case["inputPath"]).name] == argo_to_flux[argo], case["inputPath"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "status"),
+    [
+        (lambda o: o["status"].update(observedGeneration=1), "Progressing"),
+        (lambda o: o["status"]["conditions"][3].update(status="True", message="Out of memory"), "Degraded"),
+        (lambda o: o["spec"].update(suspend=True), "Suspended"),
+        (lambda o: o["status"]["conditions"][0].update(status="False"), "Progressing"),
+    ],
+    ids=["observed-generation-lags", "stalled", "suspend", "not-ready"],
+)
+def test_argocd_health_follows_changes_to_a_running_experiment(mutate, status):
+    obj = yaml.safe_load((ARGO_DIR / "testdata" / "running.yaml").read_text())
+    assert argo_health(obj)["status"] == "Healthy"
+    mutate(obj)
+    assert argo_health(obj)["status"] == status
+
+
+def test_argocd_cm_snippet_carries_the_tested_script_verbatim():
+    cm = yaml.safe_load((ROOT / "gitops" / "argocd" / "argocd-cm.yaml").read_text())
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "argocd-cm"
+    assert cm["data"]["resource.customizations.health.kuberl.io_RLExperiment"] == HEALTH_LUA
+    assert "ignoreResourceStatusField: all" in cm["data"]["resource.compareoptions"]
+
+
+def _doc_objects() -> list[dict[str, Any]]:
+    text = (ROOT / "docs" / "gitops.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    return [d for b in blocks for d in yaml.safe_load_all(b) if d]
+
+
+def test_flux_expressions_compile_and_the_doc_shows_them_verbatim():
+    check = _flux_check()
+    for field in ("inProgress", "failed", "current"):
+        _flux_program(check[field])
+    (kustomization,) = [d for d in _doc_objects() if d["kind"] == "Kustomization"]
+    assert kustomization["spec"]["healthCheckExprs"] == [check]
+    assert kustomization["spec"]["wait"] is True
+
+
+def test_doc_argocd_applications_use_server_side_apply_and_order_the_crd_first():
+    apps = {d["metadata"]["name"]: d for d in _doc_objects() if d["kind"] == "Application"}
+    chart, experiments = apps["kuberl"], apps["research-experiments"]
+    assert chart["spec"]["source"]["path"] == "charts/kuberl"
+    for app in (chart, experiments):
+        assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
+    waves = [int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) for a in (chart, experiments)]
+    assert waves[0] < waves[1]
+    assert "SkipDryRunOnMissingResource=true" in experiments["spec"]["syncPolicy"]["syncOptions"]
