@@ -1,0 +1,499 @@
+"""The stand-in kubelet: runs the pods of a Kubernetes API (the emulator) as local processes.
+
+Each pod gets its own loopback address 127.0.X.N as `status.podIP` (never 127.0.0.1, which Ray
+rewrites), its container's command runs with the pod's environment (`valueFrom` resolved,
+ConfigMap and Secret volumes written to a directory whose path replaces the mount path), Service
+names resolve to the selected pod's address, and the pod's phase, container state, exit code and
+termination message go back to the API. A deleted pod's processes are stopped, and on shutdown
+everything the runner started is stopped, by process group and by a per-pod environment marker;
+never by name.
+
+Stand-in specifics: container ports get a local port each (Ray's GCS binds `*:6379`, so two pods
+cannot both have it), except the ones in `fixed_ports`; the trainer learns its status port and
+address from KUBERL_STATUS_PORT / KUBERL_STATUS_HOST and its termination log path from
+KUBERL_TERMINATION_LOG. One container per pod; restartPolicy is treated as Never.
+
+Use `PodRunner(api_client, options).start()` / `.stop()` from Python, or run
+`python -m kuberl.testing.podrunner --kubeconfig PATH`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from kuberl.testing import localpod
+from kuberl.testing.localpod import Endpoint, PodSetupError
+from kuberl.testing.process_tree import MARKER_VARIABLE, start_process, stop_process_tree
+
+STATUS_PORT = 8080
+TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_TERMINATION_MESSAGE = 4096
+LOG_FALLBACK_BYTES = 2048
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def free_port(host: str = "") -> int:
+    """A TCP port free on every address at the moment of asking (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class AddressPool:
+    """Loopback addresses 127.0.X.2..254 for pods; a released address is reused last."""
+
+    def __init__(self, third_octet: int | None = None):
+        octet = third_octet if third_octet is not None else random.randint(20, 239)
+        if not 1 <= octet <= 254:
+            raise ValueError(f"third octet must be 1..254, not {octet}")
+        self._free = [f"127.0.{octet}.{n}" for n in range(2, 255)]
+
+    def acquire(self) -> str:
+        if not self._free:
+            raise RuntimeError("no loopback address left for another pod")
+        return self._free.pop(0)
+
+    def release(self, ip: str) -> None:
+        if ip not in self._free:
+            self._free.append(ip)
+
+
+@dataclass
+class RunnerOptions:
+    work_dir: Path | None = None            # pod directories go here (default: a fresh temp dir)
+    third_octet: int | None = None          # pod addresses 127.0.X.N (default: random X)
+    fixed_ports: dict[int, int] = field(default_factory=dict)   # container port -> the same local port for every pod
+    extra_env: dict[str, str] = field(default_factory=dict)     # added to every pod (the pod's own env wins)
+    unpullable_images: str | None = None    # regex: images that fail as ErrImagePull
+    poll_seconds: float = 0.25
+    max_grace_seconds: float = 10.0
+    bin_dir: str = field(default_factory=lambda: os.path.dirname(sys.executable))
+
+
+@dataclass
+class _Pod:
+    uid: str
+    namespace: str
+    name: str
+    state: str = "waiting"                  # waiting -> running -> finished
+    ip: str | None = None
+    ports: dict[int, int] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex)
+    directory: Path | None = None
+    log_path: Path | None = None
+    termination_path: Path | None = None
+    started_at: str | None = None
+    waiting: tuple[str, str] | None = None  # (reason, message) last written
+    container: str = "main"
+    next_try: float = 0.0
+
+
+class PodRunner:
+    """Runs the API's pods as local processes until `stop()`."""
+
+    def __init__(self, api_client: k8s.ApiClient, options: RunnerOptions | None = None):
+        self.options = options or RunnerOptions()
+        self._api = k8s.CoreV1Api(api_client)
+        self._pool = AddressPool(self.options.third_octet)
+        self._own_work_dir = self.options.work_dir is None
+        self.work_dir = Path(self.options.work_dir or tempfile.mkdtemp(prefix="kpr-"))
+        self._pods: dict[str, _Pod] = {}
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stoppers: list[threading.Thread] = []
+        self.errors: list[str] = []
+
+    # -- lifecycle --
+
+    def start(self) -> PodRunner:
+        self._thread = threading.Thread(target=self._run, name="pod-runner", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop and every process the runner started."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        with self._lock:
+            pods = list(self._pods.values())
+        for pod in pods:
+            if pod.process is not None:
+                stop_process_tree(pod.process, pod.marker)
+        for stopper in self._stoppers:
+            stopper.join(30)
+
+    def __enter__(self) -> PodRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # the API may be briefly away; keep the pods running
+                self.errors.append(repr(exc))
+                del self.errors[:-50]
+            self._stopping.wait(self.options.poll_seconds)
+
+    # -- what tests and e2e scenarios ask --
+
+    def process_of(self, namespace: str, name: str) -> subprocess.Popen | None:
+        """The main process of the pod's running container, if any."""
+        with self._lock:
+            for pod in self._pods.values():
+                if (pod.namespace, pod.name) == (namespace, name) and pod.state == "running":
+                    return pod.process
+        return None
+
+    def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> bool:
+        """Signal the pod's main process (as a crash would); False if it is not running."""
+        process = self.process_of(namespace, name)
+        if process is None or process.poll() is not None:
+            return False
+        process.send_signal(sig)
+        return True
+
+    def log_paths(self, namespace: str | None = None) -> dict[str, Path]:
+        """Log file of every pod seen (NS/NAME[#uid-prefix] -> path), for diagnostics."""
+        with self._lock:
+            return {f"{p.namespace}/{p.name}#{p.uid[:8]}": p.log_path for p in self._pods.values()
+                    if p.log_path is not None and (namespace is None or p.namespace == namespace)}
+
+    # -- one pass --
+
+    def step(self) -> None:
+        """Observe pods and Services once; start, finish and stop pods accordingly."""
+        pods = self._list("list_pod_for_all_namespaces")
+        services = self._list("list_service_for_all_namespaces")
+        by_uid = {_uid(p): p for p in pods}
+        with self._lock:
+            for uid, pod in list(self._pods.items()):
+                body = by_uid.get(uid)
+                if body is None or body["metadata"].get("deletionTimestamp"):
+                    self._stop_deleted(pod, body)
+                elif pod.state == "running" and pod.process is not None and pod.process.poll() is not None:
+                    self._finish(pod, body)
+            now = time.monotonic()
+            for body in pods:
+                uid = _uid(body)
+                pod = self._pods.get(uid)
+                if body["metadata"].get("deletionTimestamp") or (pod is not None and pod.state != "waiting"):
+                    continue
+                if pod is None:
+                    if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                        continue
+                    pod = self._pods[uid] = _Pod(uid, body["metadata"].get("namespace", "default"),
+                                                 body["metadata"]["name"])
+                    if (body.get("status") or {}).get("podIP"):
+                        self._fail_orphan(pod)
+                        continue
+                if now >= pod.next_try:
+                    self._try_start(pod, body, pods, services)
+
+    def _list(self, method: str) -> list[dict[str, Any]]:
+        response = getattr(self._api, method)(_preload_content=False)
+        return json.loads(response.data).get("items") or []
+
+    # -- starting --
+
+    def _try_start(self, pod: _Pod, body: dict[str, Any], pods: list[dict[str, Any]],
+                   services: list[dict[str, Any]]) -> None:
+        try:
+            self._start(pod, body, pods, services)
+        except PodSetupError as exc:
+            self._release(pod)
+            pod.next_try = time.monotonic() + 1.0
+            if exc.reason == "StandInUnsupported":
+                pod.state = "finished"
+                self._write_status(pod, _terminated_status(pod, 128, "StandInUnsupported", exc.message))
+            elif pod.waiting != (exc.reason, exc.message):
+                pod.waiting = (exc.reason, exc.message)
+                self._write_status(pod, _waiting_status(pod, exc.reason, exc.message))
+
+    def _start(self, pod: _Pod, body: dict[str, Any], pods: list[dict[str, Any]],
+               services: list[dict[str, Any]]) -> None:
+        containers = (body.get("spec") or {}).get("containers") or []
+        if len(containers) != 1:
+            raise PodSetupError("StandInUnsupported", f"the stand-in runs pods with one container, not {len(containers)}")
+        container = containers[0]
+        pod.container = str(container.get("name", "main"))
+        image = str(container.get("image", ""))
+        if self.options.unpullable_images and re.search(self.options.unpullable_images, image):
+            raise PodSetupError("ErrImagePull", f'failed to pull image "{image}": not found')
+        if not container.get("command"):
+            raise PodSetupError("StandInUnsupported", "the stand-in needs container.command (it has no images)")
+        secrets, config_maps = self._namespace_data(pod.namespace)
+        hosts = self._hosts(pod.namespace, pods, services)
+        wanted = localpod.referenced_hosts(" ".join([*container.get("command", []), *container.get("args", []),
+                                                     *(str(e.get("value", "")) for e in container.get("env") or [])]),
+                                           self._service_names(pod.namespace, services))
+        missing = sorted(h for h in wanted if h not in hosts)
+        if missing:
+            raise PodSetupError("ContainerCreating", f"waiting for a running pod behind {', '.join(missing)}")
+        pod.ip = self._pool.acquire()
+        pod.ports = localpod.plan_ports(container, self.options.fixed_ports, free_port)
+        hosts[pod.ip] = Endpoint(pod.ip, pod.ports)
+        env = localpod.resolve_env(body, container, pod_ip=pod.ip, secrets=secrets, config_maps=config_maps)
+        mounts = localpod.volume_files(body, container, secrets=secrets, config_maps=config_maps)
+        pod.directory = self.work_dir / f"{pod.name[:40]}-{pod.uid[:8]}"
+        paths = self._materialise(pod, mounts, container)
+        argv = [*container.get("command", []), *container.get("args", [])]
+        argv = [localpod.rewrite_addresses(localpod.rewrite_paths(localpod.expand_dependent_vars(a, env), paths),
+                                           hosts) for a in argv]
+        argv = localpod.rewrite_port_flags(argv, pod.ports)
+        env = {k: localpod.rewrite_addresses(localpod.rewrite_paths(v, paths), hosts) for k, v in env.items()}
+        env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod)}
+        argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
+        cwd = localpod.rewrite_paths(container.get("workingDir") or str(pod.directory), paths)
+        try:
+            pod.process = start_process(argv, env, cwd, pod.log_path)
+        except OSError as exc:
+            raise PodSetupError("StandInUnsupported", f"cannot start {argv[0]!r}: {exc}") from exc
+        pod.state, pod.started_at, pod.waiting = "running", _now(), None
+        self._write_status(pod, _running_status(pod))
+
+    def _namespace_data(self, namespace: str) -> tuple[dict[tuple[str, str], dict[str, str]],
+                                                       dict[tuple[str, str], dict[str, str]]]:
+        secrets = json.loads(self._api.list_namespaced_secret(namespace, _preload_content=False).data)["items"]
+        maps = json.loads(self._api.list_namespaced_config_map(namespace, _preload_content=False).data)["items"]
+        return ({(namespace, s["metadata"]["name"]): localpod.secret_values(s) for s in secrets},
+                {(namespace, m["metadata"]["name"]): dict(m.get("data") or {}) for m in maps})
+
+    def _service_names(self, namespace: str, services: list[dict[str, Any]]) -> list[str]:
+        return [host for s in services for host in localpod.service_hostnames(
+            s["metadata"]["name"], s["metadata"].get("namespace", "default"), namespace)]
+
+    def _hosts(self, namespace: str, pods: list[dict[str, Any]], services: list[dict[str, Any]]) -> dict[str, Endpoint]:
+        """Every name and address a pod in `namespace` can reach, mapped to local endpoints."""
+        running = {p.uid: p for p in self._pods.values() if p.state == "running" and p.ip}
+        hosts = {p.ip: Endpoint(p.ip, p.ports) for p in running.values() if p.ip}
+        for service in services:
+            svc_ns = service["metadata"].get("namespace", "default")
+            selector = (service.get("spec") or {}).get("selector")
+            for body in pods:
+                record = running.get(_uid(body))
+                if record is None or record.namespace != svc_ns or record.ip is None:
+                    continue
+                if localpod.selector_matches(selector, body["metadata"].get("labels")):
+                    endpoint = localpod.service_endpoint(service, body, Endpoint(record.ip, record.ports))
+                    for host in localpod.service_hostnames(service["metadata"]["name"], svc_ns, namespace):
+                        hosts[host] = endpoint
+                    break
+        return hosts
+
+    def _materialise(self, pod: _Pod, mounts: dict[str, dict[str, str]], container: dict[str, Any]) -> dict[str, str]:
+        assert pod.directory is not None
+        pod.directory.mkdir(parents=True, exist_ok=True)
+        for sub in ("home", "tmp"):
+            (pod.directory / sub).mkdir(exist_ok=True)
+        pod.log_path = pod.directory / "container.log"
+        pod.termination_path = pod.directory / "termination-log"
+        pod.termination_path.write_text("")
+        paths: dict[str, str] = {}
+        for i, (mount_path, files) in enumerate(mounts.items()):
+            local = pod.directory / "volumes" / str(i)
+            local.mkdir(parents=True, exist_ok=True)
+            for relative, text in files.items():
+                target = local / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            paths[mount_path] = str(local)
+        message_path = container.get("terminationMessagePath") or localpod.DEFAULT_TERMINATION_MESSAGE_PATH
+        paths[message_path] = str(pod.termination_path)
+        return paths
+
+    def _base_env(self, pod: _Pod) -> dict[str, str]:
+        assert pod.directory is not None
+        return {
+            "PATH": os.pathsep.join([self.options.bin_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOSTNAME": pod.name,
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _pinned_env(self, pod: _Pod) -> dict[str, str]:
+        """What only the stand-in knows: where this pod's files, address and ports are."""
+        assert pod.directory is not None and pod.ip is not None
+        env = {
+            "HOME": str(pod.directory / "home"),
+            "TMPDIR": str(pod.directory / "tmp"),
+            "RAY_TMPDIR": str(pod.directory / "tmp"),
+            "KUBERL_STATUS_HOST": pod.ip,
+            "KUBERL_TERMINATION_LOG": str(pod.termination_path),
+            MARKER_VARIABLE: pod.marker,
+        }
+        if STATUS_PORT in pod.ports:
+            env["KUBERL_STATUS_PORT"] = str(pod.ports[STATUS_PORT])
+        return env
+
+    def _fail_orphan(self, pod: _Pod) -> None:
+        pod.state = "finished"
+        self._write_status(pod, _terminated_status(pod, 137, "Error", "the stand-in lost this pod's process"))
+
+    # -- finishing and stopping --
+
+    def _finish(self, pod: _Pod, body: dict[str, Any]) -> None:
+        assert pod.process is not None
+        code = pod.process.returncode
+        exit_code = code if code >= 0 else 128 - code
+        stop_process_tree(pod.process, pod.marker)
+        container = ((body.get("spec") or {}).get("containers") or [{}])[0]
+        message = _termination_message(pod, exit_code, container.get("terminationMessagePolicy", "File"))
+        pod.state = "finished"
+        self._release(pod)
+        self._write_status(pod, _terminated_status(pod, exit_code, "Completed" if exit_code == 0 else "Error", message))
+
+    def _stop_deleted(self, pod: _Pod, body: dict[str, Any] | None) -> None:
+        del self._pods[pod.uid]
+        process = pod.process
+        grace = 0.0
+        if body is not None:
+            spec_grace = (body.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            meta_grace = body["metadata"].get("deletionGracePeriodSeconds", spec_grace)
+            grace = min(float(meta_grace or 0), self.options.max_grace_seconds)
+
+        def stop() -> None:
+            if process is not None:
+                stop_process_tree(process, pod.marker, grace_seconds=grace)
+            if body is not None:  # what the kubelet does once the containers are gone
+                try:
+                    self._api.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0,
+                                                    _preload_content=False)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            with self._lock:
+                self._release(pod)
+
+        if process is None or process.poll() is not None:
+            stop()
+        else:
+            stopper = threading.Thread(target=stop, name=f"stop-{pod.name}", daemon=True)
+            stopper.start()
+            self._stoppers = [t for t in self._stoppers if t.is_alive()] + [stopper]
+
+    def _release(self, pod: _Pod) -> None:
+        if pod.ip is not None:
+            self._pool.release(pod.ip)
+
+    def _write_status(self, pod: _Pod, status: dict[str, Any]) -> None:
+        try:
+            self._api.patch_namespaced_pod_status(pod.name, pod.namespace, {"status": status},
+                                                  _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:  # a pod deleted meanwhile needs no status
+                raise
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    meta = body["metadata"]
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}/{meta.get('creationTimestamp')}")
+
+
+def _termination_message(pod: _Pod, exit_code: int, policy: str) -> str:
+    message = ""
+    if pod.termination_path is not None and pod.termination_path.exists():
+        message = pod.termination_path.read_bytes()[:MAX_TERMINATION_MESSAGE].decode(errors="replace")
+    if not message.strip() and exit_code != 0 and policy == "FallbackToLogsOnError" and pod.log_path is not None:
+        with open(pod.log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_FALLBACK_BYTES))
+            message = log.read().decode(errors="replace")
+    return message
+
+
+def _conditions(ready: bool) -> list[dict[str, Any]]:
+    now = _now()
+    flag = "True" if ready else "False"
+    return [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now}]
+
+
+def _container_status(name: str, state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
+    return {"name": name, "ready": ready, "started": ready, "restartCount": 0, "image": "", "imageID": "",
+            "state": state}
+
+
+def _waiting_status(pod: _Pod, reason: str, message: str) -> dict[str, Any]:
+    return {"phase": "Pending", "hostIP": "127.0.0.1", "conditions": _conditions(False),
+            "containerStatuses": [_container_status(pod.container, {"waiting": {"reason": reason,
+                                                                                      "message": message}},
+                                                    ready=False)]}
+
+
+def _running_status(pod: _Pod) -> dict[str, Any]:
+    assert pod.process is not None
+    state = {"running": {"startedAt": pod.started_at}}
+    status = _container_status(pod.container, state, ready=True)
+    status["containerID"] = f"standin://{pod.process.pid}"
+    return {"phase": "Running", "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "hostIP": "127.0.0.1",
+            "startTime": pod.started_at, "conditions": _conditions(True), "containerStatuses": [status]}
+
+
+def _terminated_status(pod: _Pod, exit_code: int, reason: str, message: str) -> dict[str, Any]:
+    terminated = {"exitCode": exit_code, "reason": reason, "message": message,
+                  "startedAt": pod.started_at or _now(), "finishedAt": _now()}
+    status = _container_status(pod.container, {"terminated": terminated}, ready=False)
+    return {"phase": "Succeeded" if exit_code == 0 else "Failed", "conditions": _conditions(False),
+            "containerStatuses": [status], **({"podIP": pod.ip, "podIPs": [{"ip": pod.ip}]} if pod.ip else {})}
+
+
+def api_client_from_kubeconfig(path: str | None = None) -> k8s.ApiClient:
+    """An API client for the kubeconfig at `path` (or $KUBECONFIG)."""
+    from kubernetes import config
+
+    configuration = k8s.Configuration()
+    config.load_kube_config(config_file=path, client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run the pods of a (stand-in) Kubernetes API as local processes")
+    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
+    parser.add_argument("--work-dir", help="pod directories (logs, volumes); default: a temp dir")
+    parser.add_argument("--status-port", type=int, help="local port for every pod's :8080 (the trainer status)")
+    parser.add_argument("--third-octet", type=int, help="pod addresses are 127.0.X.N")
+    args = parser.parse_args(argv)
+    options = RunnerOptions(work_dir=Path(args.work_dir) if args.work_dir else None, third_octet=args.third_octet,
+                            fixed_ports={STATUS_PORT: args.status_port} if args.status_port else {})
+    runner = PodRunner(api_client_from_kubeconfig(args.kubeconfig), options).start()
+    print(f"pod runner: pods under {runner.work_dir}", flush=True)
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    runner.stop()
+
+
+if __name__ == "__main__":
+    main()
