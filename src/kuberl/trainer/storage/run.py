@@ -45,8 +45,11 @@ class RunStorage:
         self.uri = store.uri
         self._appendable = callable(getattr(store, "append_bytes", None))
         self._flush_seconds = flush_seconds
-        self._lines: list[str] | None = None
-        self._version = 0  # bumped by every change to _lines
+        # results.jsonl = _base (what the store held, loaded lazily) + _appended (this process's lines);
+        # appends never wait for the load, so they work while the store is down.
+        self._base: list[str] | None = None
+        self._appended: list[str] = []
+        self._version = 0  # bumped by every change to the lines
         self._flushed = 0  # the version results.jsonl holds
         self._waiters = 0
         self._tail_checked = False
@@ -99,12 +102,18 @@ class RunStorage:
     # -- results.jsonl -------------------------------------------------------------------------------
     def read_results(self) -> list[dict[str, Any]]:
         with self._cond:
-            if self._lines is not None:
-                return parse_jsonl("\n".join(self._lines).encode())
-        try:
-            return parse_jsonl(self.store.get_bytes(RESULTS))
-        except NotFound:
-            return []
+            if self._base is not None:
+                return parse_jsonl("\n".join(self._base + self._appended).encode())
+        if self._appendable:
+            try:
+                return parse_jsonl(self.store.get_bytes(RESULTS))
+            except NotFound:
+                return []
+        base = self._load_base()
+        with self._cond:
+            if self._base is None:
+                self._base = base
+            return parse_jsonl("\n".join(self._base + self._appended).encode())
 
     def append_result(self, result: dict[str, Any]) -> None:
         line = dumps_record(result)
@@ -114,9 +123,7 @@ class RunStorage:
             self._tail_checked = True
             return
         with self._cond:
-            self._load_lines()
-            assert self._lines is not None
-            self._lines.append(line)
+            self._appended.append(line)
             self._version += 1
             self._ensure_thread()
             self._cond.notify_all()
@@ -136,7 +143,7 @@ class RunStorage:
             self.store.put_bytes(RESULTS, "".join(line + "\n" for line in kept).encode())
             return dropped
         with self._cond:
-            self._lines = kept
+            self._base, self._appended = kept, []
             self._version += 1
             self._ensure_thread()
             self._cond.notify_all()
@@ -152,13 +159,12 @@ class RunStorage:
             return ""
         return "\n" if data and not data.endswith(b"\n") else ""
 
-    def _load_lines(self) -> None:
-        if self._lines is None:
-            try:
-                data = self.store.get_bytes(RESULTS)
-            except NotFound:
-                data = b""
-            self._lines = [dumps_record(r) for r in parse_jsonl(data)]
+    def _load_base(self) -> list[str]:
+        try:
+            data = self.store.get_bytes(RESULTS)
+        except NotFound:
+            data = b""
+        return [dumps_record(r) for r in parse_jsonl(data)]
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -172,8 +178,15 @@ class RunStorage:
                 self._cond.wait_for(lambda: self._version > self._flushed or self._closed)
                 if self._version == self._flushed:
                     return  # closed with nothing left to write
-                version, lines = self._version, list(self._lines or [])
+                base = self._base
             try:
+                if base is None:
+                    base = self._load_base()
+                    with self._cond:
+                        if self._base is None:
+                            self._base = base
+                with self._cond:
+                    version, lines = self._version, self._base + self._appended
                 self.store.put_bytes(RESULTS, "".join(line + "\n" for line in lines).encode())
             except Exception as e:  # noqa: BLE001 - retried; the lines stay in memory
                 failures += 1

@@ -1,0 +1,147 @@
+"""moto's S3 server on a free loopback port, for tests, e2e scenarios and benchmarks.
+
+The server runs in a thread of the calling process (its state lives in moto's
+in-process backends), so `stop()` then `start()` on the same port is an outage
+the data survives. `stop()` also cuts open keep-alive connections: a stopped
+server refuses everything, as a store that went away would.
+
+    with S3Server() as s3:
+        s3.create_bucket("runs")
+        env = s3.env()                     # AWS_* and endpoint for subprocesses
+        store = S3Store("s3://runs/exp", endpoint=s3.endpoint)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+DEFAULT_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class S3Server:
+    """A moto S3 server with start/stop/restart on one fixed loopback port."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def env(self) -> dict[str, str]:
+        """Environment for a process that talks to this server through the standard AWS chain."""
+        return {**DEFAULT_CREDENTIALS, "AWS_ENDPOINT_URL_S3": self.endpoint}
+
+    def start(self) -> S3Server:
+        if self._server is not None:
+            return self
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        server_ref = self
+
+        class TrackedHandler(MotoRequestHandler):
+            # Remember each open connection so stop() can cut it.
+            def setup(self) -> None:
+                super().setup()
+                with server_ref._lock:
+                    server_ref._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server_ref._lock:
+                    server_ref._connections.discard(self.connection)
+                super().finish()
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
+        app = DomainDispatcherApplication(create_backend_app)
+        # make_server binds in this thread, so a taken port fails here, not in the server thread.
+        self._server = make_server(self.host, self.port, app, threaded=True, request_handler=TrackedHandler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-s3", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server, self._thread = None, None
+
+    def restart(self) -> S3Server:
+        self.stop()
+        return self.start()
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=DEFAULT_CREDENTIALS["AWS_REGION"],
+            aws_access_key_id=DEFAULT_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DEFAULT_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    """`python -m kuberl.testing.s3server [PORT]`: serve until interrupted (for manual runs)."""
+    import sys
+    import time
+
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("KUBERL_S3_PORT", "0")) or None
+    with S3Server(port=port) as server:
+        print(f"moto S3 at {server.endpoint} (credentials: testing/testing)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

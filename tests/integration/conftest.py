@@ -1,0 +1,39 @@
+"""Fixtures shared by integration tests: real servers on loopback ports."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from kuberl.testing.s3server import S3Server
+
+_bucket_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server over HTTP on a free 127.0.0.1 port, for the whole session."""
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    """The S3 server, running, with this process's AWS_* variables pointing at it."""
+    if not s3_server.running:
+        s3_server.start()
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    yield s3_server
+    if not s3_server.running:  # a test that stopped it leaves it usable for the next one
+        s3_server.start()
+
+
+@pytest.fixture
+def s3_bucket(s3: S3Server) -> str:
+    """A fresh, empty bucket on the S3 server."""
+    name = f"kuberl-test-{next(_bucket_numbers)}"
+    s3.create_bucket(name)
+    return name
