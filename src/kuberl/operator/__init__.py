@@ -1,0 +1,1 @@
+"""The kuberl operator: reconciles RLExperiment resources into Ray clusters (never imports torch or ray)."""

@@ -1,0 +1,33 @@
+"""ConfigMap NAME-config: the resolved spec as experiment.yaml, mounted at /etc/kuberl in the head pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kuberl.api.types import RLExperiment
+from kuberl.operator import names
+from kuberl.operator.builders.common import Owner, metadata
+
+EXPERIMENT_FILE = "experiment.yaml"
+
+
+def experiment_yaml(experiment: RLExperiment) -> str:
+    """The manifest the trainer reads: apiVersion, kind, name/namespace and the resolved spec."""
+    doc = {
+        "apiVersion": experiment.api_version,
+        "kind": experiment.kind,
+        "metadata": {"name": experiment.metadata.name, "namespace": experiment.metadata.namespace},
+        "spec": experiment.spec.to_manifest(),
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def build_config_map(experiment: RLExperiment, owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, names.config_map_name(owner.name)),
+        "data": {EXPERIMENT_FILE: experiment_yaml(experiment)},
+    }

@@ -1,0 +1,180 @@
+"""The head Pod (Ray head + trainer driver) and the worker Pods (Ray nodes) of an experiment."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+from kuberl.api.types import PodSpec, RLExperiment
+from kuberl.operator import names
+from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, Owner, metadata
+from kuberl.operator.builders.configmap import EXPERIMENT_FILE
+from kuberl.operator.builders.secret import TOKEN_KEY
+from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, HEAD_PORTS
+
+GPU_RESOURCE = "nvidia.com/gpu"
+CONFIG_DIR = "/etc/kuberl"
+RUN_AS_USER = 1000
+HEAD_GRACE_SECONDS = 60  # time for the trainer's final checkpoint after SIGTERM
+STORAGE_SECRET_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False),
+                       ("AWS_SESSION_TOKEN", True), ("AWS_REGION", True))
+
+
+def ray_cpus(cpu: int | str) -> int:
+    """Whole CPUs for Ray's --num-cpus (at least 1), so Ray never counts the node's CPUs instead."""
+    text = str(cpu)
+    value = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    return max(1, math.ceil(value))
+
+
+def _resources(pod: PodSpec) -> dict[str, Any]:
+    amounts: dict[str, Any] = {"cpu": str(pod.cpu), "memory": str(pod.memory)}
+    limits = dict(amounts)
+    if pod.gpus:
+        limits[GPU_RESOURCE] = str(pod.gpus)
+    return {"requests": amounts, "limits": limits}
+
+
+def _tolerations(pod: PodSpec) -> list[dict[str, Any]]:
+    result = [t.to_manifest() for t in pod.tolerations]
+    gpu = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    if pod.gpus and gpu not in result:
+        result.append(gpu)
+    return result
+
+
+def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> dict[str, Any]:
+    ref: dict[str, Any] = {"name": secret, "key": key}
+    if optional:
+        ref["optional"] = True
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def _common_env(experiment: RLExperiment, owner: Owner, attempt: int) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "KUBERL_EXPERIMENT_NAME", "value": owner.name},
+        {"name": "KUBERL_EXPERIMENT_NAMESPACE", "value": owner.namespace},
+        {"name": "KUBERL_ATTEMPT", "value": str(attempt)},
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        _secret_env("RAY_AUTH_TOKEN", names.token_secret_name(owner.name), TOKEN_KEY),
+        {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    secret_ref = experiment.spec.storage.secret_ref
+    if secret_ref is not None:  # credentials only ever come from the Secret, never from the spec
+        env += [_secret_env(key, secret_ref.name, key, optional) for key, optional in STORAGE_SECRET_KEYS]
+    return env
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod_spec(experiment: RLExperiment, pod: PodSpec, container: dict[str, Any],
+              volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",  # the operator decides about restarts (backoffLimit, attempt)
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER, "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},  # Ray's session dirs and HOME; the root filesystem is read-only
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},  # Ray's object store
+            *volumes,
+        ],
+    }
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    tolerations = _tolerations(pod)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if experiment.spec.service_account_name:
+        spec["serviceAccountName"] = experiment.spec.service_account_name
+    if experiment.spec.priority_class_name:
+        spec["priorityClassName"] = experiment.spec.priority_class_name
+    return spec
+
+
+_MOUNTS = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}]
+
+
+def head_command(experiment: RLExperiment) -> str:
+    head = experiment.spec.head
+    ray = (f"ray start --head --node-ip-address=${{POD_IP}} --port={GCS_PORT} "
+           f"--ray-client-server-port={CLIENT_PORT} --dashboard-host=0.0.0.0 --dashboard-port={DASHBOARD_PORT} "
+           f"--num-cpus={ray_cpus(head.cpu)} --num-gpus={head.gpus} --disable-usage-stats")
+    return f"{ray} && exec kuberl train --in-cluster -f {CONFIG_DIR}/{EXPERIMENT_FILE}"
+
+
+def worker_command(experiment: RLExperiment, owner: Owner) -> str:
+    workers = experiment.spec.workers
+    head = names.head_name(owner.name)
+    probe = f'import socket; socket.create_connection(("{head}", {GCS_PORT}), 2)'
+    wait = f"until python -c {shlex.quote(probe)} 2>/dev/null; do sleep 1; done"  # the head may start later
+    ray = (f"exec ray start --address={head}:{GCS_PORT} --node-ip-address=${{POD_IP}} --block "
+           f"--num-cpus={ray_cpus(workers.cpu)} --num-gpus={workers.gpus} --disable-usage-stats")
+    return f"{wait}; {ray}"
+
+
+def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int) -> dict[str, Any]:
+    spec = experiment.spec
+    env = [
+        *_common_env(experiment, owner, attempt),
+        {"name": "RAY_ADDRESS", "value": f"$(POD_IP):{GCS_PORT}"},
+        {"name": "KUBERL_EXPECTED_NODES", "value": str(1 + spec.workers.replicas)},
+    ]
+    container = {
+        "name": "head",
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", head_command(experiment)],
+        "env": env,
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in HEAD_PORTS],
+        "resources": _resources(spec.head),
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [*_MOUNTS, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    config = {"name": "config", "configMap": {"name": names.config_map_name(owner.name)}}
+    pod_spec = _pod_spec(experiment, spec.head, container, [config])
+    pod_spec["terminationGracePeriodSeconds"] = HEAD_GRACE_SECONDS
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(owner, names.head_name(owner.name), role="head",
+                             annotations={ATTEMPT_ANNOTATION: str(attempt)}),
+        "spec": pod_spec,
+    }
+
+
+def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt: int) -> dict[str, Any]:
+    spec = experiment.spec
+    container = {
+        "name": "worker",
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", worker_command(experiment, owner)],
+        "env": _common_env(experiment, owner, attempt),
+        "resources": _resources(spec.workers),
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": list(_MOUNTS),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata(owner, names.worker_name(owner.name, index), role="worker",
+                             annotations={ATTEMPT_ANNOTATION: str(attempt)}),
+        "spec": _pod_spec(experiment, spec.workers, container, []),
+    }
