@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import yaml
@@ -19,6 +21,7 @@ log = logging.getLogger(__name__)
 
 SPEC = "experiment.yaml"
 RESULTS = "results.jsonl"
+EXIT_FLUSH_SECONDS = 30.0
 
 
 def run_root_uri(storage_uri: str | None, namespace: str | None, name: str) -> str:
@@ -170,6 +173,10 @@ class RunStorage:
         if self._thread is None:
             self._thread = threading.Thread(target=self._flush_loop, name="kuberl-results", daemon=True)
             self._thread.start()
+            # The flusher is a daemon thread: make sure a process that exits without close()
+            # still writes its last results (bounded, so a dead store cannot hang the exit).
+            ref = weakref.ref(self)
+            atexit.register(lambda: (run := ref()) is not None and run.close(timeout=EXIT_FLUSH_SECONDS))
 
     def _flush_loop(self) -> None:
         failures = 0
@@ -217,6 +224,8 @@ class RunStorage:
                 self._waiters -= 1
 
     def close(self, timeout: float | None = 30.0) -> None:
+        if self._closed:
+            return
         self.flush(timeout)
         with self._cond:
             self._closed = True

@@ -9,11 +9,13 @@ and counted) and are uploaded once it is back.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import logging
 import re
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 
 TRACES = "traces"
 _CHUNK_RE = re.compile(r"^traces/episodes-(?P<worker>.+)-(?P<seq>\d{6,})\.jsonl\.gz$")
+EXIT_FLUSH_SECONDS = 10.0
 _SAFE_WORKER_RE = re.compile(r"[^A-Za-z0-9_.]+")
 
 
@@ -89,6 +92,9 @@ class TraceWriter:
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"kuberl-traces-{self.worker}", daemon=True)
         self._thread.start()
+        # A daemon thread dies with the process: flush what is buffered at exit (bounded wait).
+        ref = weakref.ref(self)
+        atexit.register(lambda: (writer := ref()) is not None and writer.close(timeout=EXIT_FLUSH_SECONDS))
 
     def write(self, record: dict[str, Any]) -> None:
         """Buffer one record; never touches the store."""
@@ -125,6 +131,8 @@ class TraceWriter:
 
     def close(self, timeout: float | None = 30.0) -> bool:
         """Flush, then stop the background thread; False when records were left unsent."""
+        if self._closed:
+            return self.pending == 0
         done = self.flush(timeout)
         with self._cond:
             self._closed = True
