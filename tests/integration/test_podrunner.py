@@ -202,3 +202,52 @@ def test_stopping_the_runner_stops_every_pod(tmp_path):
         assert not any(_alive(pid) for pid in pids)
         assert os.path.isdir(tmp_path)
         assert free_port() > 0
+
+
+RAY_DRIVER = """
+import json, os, time
+import ray
+from kuberl.trainer.ray_runtime import init_ray
+init_ray(os.environ["RAY_ADDRESS"])
+deadline = time.time() + 60
+while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
+    time.sleep(0.5)
+ips = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+open("/dev/termination-log", "w").write(json.dumps(ips))
+"""
+
+
+def _ray_pod(name: str, script: str, labels: dict[str, str], ports: list[int]) -> dict[str, Any]:
+    pod = _pod(name, "", labels=labels, ports=[{"containerPort": p} for p in ports], env=[
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "RAY_ADDRESS", "value": "$(POD_IP):6379"},
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "ray-token", "key": "token"}}},
+        {"name": "HOME", "value": "/tmp"}],
+        volumeMounts=[{"name": "tmp", "mountPath": "/tmp"}], terminationMessagePolicy="FallbackToLogsOnError")
+    pod["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", script]
+    pod["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    return pod
+
+
+@pytest.mark.slow
+def test_ray_head_and_worker_pods_form_one_cluster_with_token_auth(cluster):
+    api, runner = cluster
+    api.create_namespaced_secret(NS, {"metadata": {"name": "ray-token"}, "stringData": {"token": "a" * 32}})
+    api.create_namespaced_service(NS, {"metadata": {"name": "exp-head"}, "spec": {
+        "selector": {"role": "head"}, "ports": [{"name": "gcs", "port": 6379, "targetPort": 6379}]}})
+    probe = "python -c 'import socket; socket.create_connection((\"exp-head\", 6379), 2)'"
+    worker = (f"until {probe} 2>/dev/null; do sleep 1; done; exec ray start --address=exp-head:6379 "
+              "--node-ip-address=${POD_IP} --num-cpus=1 --block --disable-usage-stats")
+    head = ("ray start --head --node-ip-address=${POD_IP} --port=6379 --num-cpus=1 --disable-usage-stats "
+            f"&& exec python -c '{RAY_DRIVER}'")
+    api.create_namespaced_pod(NS, _ray_pod("exp-worker-0", worker, {"role": "worker"}, []))
+    api.create_namespaced_pod(NS, _ray_pod("exp-head", head, {"role": "head"}, [6379]))
+    status = _wait(lambda: (p := _read(api, "exp-head"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                   timeout=120, what="the Ray driver pod")["status"]
+    assert status["phase"] == "Succeeded", status["containerStatuses"][0]["state"]
+    worker_ip = _read(api, "exp-worker-0")["status"]["podIP"]
+    assert json.loads(status["containerStatuses"][0]["state"]["terminated"]["message"]) == \
+        sorted([status["podIP"], worker_ip])
+    api.delete_namespaced_pod("exp-worker-0", NS)
+    _wait(lambda: runner.process_of(NS, "exp-worker-0") is None, what="the worker to stop")

@@ -168,3 +168,18 @@ def test_only_address_like_mentions_of_a_service_name_are_rewritten():
     assert rewrite_addresses("--host=hello --x", hosts) == "--host=127.0.9.5 --x"
     assert rewrite_addresses("http://hello/x http://hello:80/y", hosts) == "http://127.0.9.5/x http://127.0.9.5:41080/y"
     assert referenced_hosts("say hello", ["hello"]) == set()
+
+
+def test_a_quoted_host_and_port_pair_is_rewritten_as_one_address():
+    head = Endpoint("127.0.9.2", {6379: 41000})
+    probe = "python -c 'import socket; socket.create_connection((\"exp-head\", 6379), 2)'"
+    assert rewrite_addresses(probe, {"exp-head": head}) == \
+        "python -c 'import socket; socket.create_connection((\"127.0.9.2\", 41000), 2)'"
+    assert referenced_hosts(probe, ["exp-head"]) == {"exp-head"}
+    assert rewrite_paths("HOME=/tmp /var/tmp", {"/tmp": "/x/v/0"}) == "HOME=/x/v/0 /var/tmp"
+
+
+def test_paths_are_rewritten_in_one_pass():
+    paths = {"/tmp": "/tmp/run/volumes/0", "/dev/termination-log": "/tmp/run/termination-log"}
+    assert rewrite_paths("/dev/termination-log and /tmp/x", paths) == \
+        "/tmp/run/termination-log and /tmp/run/volumes/0/x"

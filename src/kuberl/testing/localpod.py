@@ -204,11 +204,16 @@ def _volume_content(volume: Mapping[str, Any], namespace: str, secrets: Mapping[
 
 
 def rewrite_paths(text: str, mounts: Mapping[str, str]) -> str:
-    """Point in-container paths (mount paths, the termination log) at their local directories or files."""
-    for container_path in sorted(mounts, key=len, reverse=True):
-        pattern = re.compile(re.escape(container_path.rstrip("/")) + r"(?=/|\b|$)")
-        text = pattern.sub(lambda _m, p=container_path: mounts[p].rstrip("/"), text)
-    return text
+    """Point in-container paths (mount paths, the termination log) at their local directories or files.
+
+    One pass, so a local path that happens to start with another mount path (/tmp/...) stays as it is.
+    """
+    if not mounts:
+        return text
+    by_path = {path.rstrip("/") or "/": local.rstrip("/") for path, local in mounts.items()}
+    alternatives = "|".join(re.escape(path) for path in sorted(by_path, key=len, reverse=True))
+    pattern = re.compile(r"(?<![\w.\-/])(" + alternatives + r")(?=/|\b|$)")
+    return pattern.sub(lambda match: by_path[match.group(1)], text)
 
 
 # --- addresses ------------------------------------------------------------------------------------------
@@ -224,11 +229,17 @@ def service_hostnames(name: str, namespace: str, pod_namespace: str) -> list[str
 
 def _host_pattern(host: str) -> re.Pattern[str]:
     # Only where a host name is used as an address: HOST:PORT, //HOST (URLs), =HOST or @HOST ending a
-    # word, or the whole text; never a word that merely looks like it ("hello" in a greeting).
+    # word, the whole text, or a quoted host before a port ('("HOST", PORT)' in a Python probe);
+    # never a word that merely looks like it ("hello" in a greeting).
     name = re.escape(host)
     whole = r"(?<![\w.\-/])" + name + r"(?![\w\-]|\.\w)"
     return re.compile(rf"(?:(?<=//){name}|{whole})(?::(\d+))(?![\w\-]|\.\w)"
-                      rf"|(?:(?<=//)|(?<=[=@])|^){name}(?=/|\s|$)(?!\.\w)")
+                      rf"|(?:(?<=//)|(?<=[=@])|^){name}(?=/|\s|$)(?!\.\w)"
+                      rf"|(?<=[\"']){name}(?=[\"']\s*,\s*(\d+)\b)")
+
+
+def _quoted_pair(ip: str) -> re.Pattern[str]:
+    return re.compile(r"([\"']" + re.escape(ip) + r"[\"']\s*,\s*)(\d+)\b")
 
 
 def rewrite_addresses(text: str, hosts: Mapping[str, Endpoint]) -> str:
@@ -241,6 +252,8 @@ def rewrite_addresses(text: str, hosts: Mapping[str, Endpoint]) -> str:
             return endpoint.ip if port is None else f"{endpoint.ip}:{endpoint.local_port(int(port))}"
 
         text = _host_pattern(host).sub(replace, text)
+        text = _quoted_pair(endpoint.ip).sub(
+            lambda m, endpoint=endpoint: f"{m.group(1)}{endpoint.local_port(int(m.group(2)))}", text)
     return text
 
 

@@ -122,6 +122,8 @@ class PodRunner:
         self._pool = AddressPool(self.options.third_octet)
         self._own_work_dir = self.options.work_dir is None
         self.work_dir = Path(self.options.work_dir or tempfile.mkdtemp(prefix="kpr-"))
+        # Ray's unix sockets live under its temp dir and a socket path has at most 107 bytes.
+        self._ray_dirs = Path(tempfile.mkdtemp(prefix="kpr", dir="/tmp"))
         self._pods: dict[str, _Pod] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -273,7 +275,8 @@ class PodRunner:
         env = {k: localpod.rewrite_addresses(localpod.rewrite_paths(v, paths), hosts) for k, v in env.items()}
         env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod)}
         argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
-        cwd = localpod.rewrite_paths(container.get("workingDir") or str(pod.directory), paths)
+        working_dir = container.get("workingDir")
+        cwd = localpod.rewrite_paths(working_dir, paths) if working_dir else str(pod.directory)
         try:
             pod.process = start_process(argv, env, cwd, pod.log_path)
         except OSError as exc:
@@ -346,7 +349,7 @@ class PodRunner:
         env = {
             "HOME": str(pod.directory / "home"),
             "TMPDIR": str(pod.directory / "tmp"),
-            "RAY_TMPDIR": str(pod.directory / "tmp"),
+            "RAY_TMPDIR": str(self._ray_dir(pod)),
             "KUBERL_STATUS_HOST": pod.ip,
             "KUBERL_TERMINATION_LOG": str(pod.termination_path),
             MARKER_VARIABLE: pod.marker,
@@ -354,6 +357,15 @@ class PodRunner:
         if STATUS_PORT in pod.ports:
             env["KUBERL_STATUS_PORT"] = str(pod.ports[STATUS_PORT])
         return env
+
+    def _ray_dir(self, pod: _Pod) -> Path:
+        path = self._ray_dirs / pod.uid[:8]
+        path.mkdir(exist_ok=True)
+        assert pod.directory is not None
+        link = pod.directory / "ray"
+        if not link.exists():
+            link.symlink_to(path)
+        return path
 
     def _fail_orphan(self, pod: _Pod) -> None:
         pod.state = "finished"
