@@ -1,0 +1,437 @@
+"""Decide: a pure function from what the operator observed to the new `.status` and the actions to take.
+
+`decide(observation)` knows the whole lifecycle of DESIGN.md (phases, conditions, attempts, the
+backoff limit, suspend, TTL, scaling, refused spec changes, fail-fast errors); the handlers only
+observe, call it, and apply its `Decision`. Every decision is idempotent: applying it twice, or
+deciding again from what a half-applied decision left behind, makes nothing twice.
+
+Head restarts are counted in two passes so that a crash between acting and recording can never
+hide a failure: the pass that sees a failed (or lost) head records the failure and deletes the pod;
+a later pass, which sees the failure recorded, creates the next attempt.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, ROLE_LABEL
+
+EXIT_INVALID_SPEC = 2
+IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
+CONDITION_TYPES = ("Ready", "Succeeded", "Reconciling", "Stalled")
+TERMINAL_PHASES = ("Succeeded", "Failed")
+# Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
+MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
+SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "lastCheckpoint")
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    role: str  # head | worker
+    attempt: int
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    index: int | None = None
+    deleting: bool = False
+    exit_code: int | None = None
+    termination: dict[str, Any] | None = None  # the trainer's JSON summary, when it wrote one
+    termination_text: str = ""
+    waiting_reason: str | None = None
+    waiting_message: str = ""
+    image: str = ""
+    ip: str | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    generation: int
+    now: datetime.datetime
+    previous: dict[str, Any]  # the current .status
+    spec_errors: tuple[str, ...] = ()
+    replicas: int = 0
+    backoff_limit: int = 3
+    suspend: bool = False
+    ttl_seconds: int | None = None
+    refused_changes: tuple[str, ...] = ()  # immutable fields changed while pods run
+    missing_secret: str | None = None
+    pods: tuple[PodState, ...] = ()
+    trainer: dict[str, Any] | None = None  # the head's /status JSON, when reachable
+    restarts: int = 0  # head failures counted so far (annotation)
+    failed_attempt: int = 0  # the highest attempt already counted as failed (annotation)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Decision:
+    status: dict[str, Any]
+    restarts: int
+    failed_attempt: int
+    create_head: int | None = None  # the attempt to create
+    create_workers: list[int] = field(default_factory=list)
+    worker_attempt: int = 0
+    delete_pods: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    ensure_children: bool = False  # ConfigMap, Service, Secret, NetworkPolicy
+    use_running_spec: bool = False  # a refused change: build pods from what already runs
+    requeue_after: float | None = None
+
+    @property
+    def acts(self) -> bool:
+        """True when the decision changes the cluster, so a follow-up pass should look again."""
+        return bool(self.create_head or self.create_workers or self.delete_pods)
+
+
+# --- observing ------------------------------------------------------------------------------------------
+
+
+def _container_status(body: dict[str, Any]) -> dict[str, Any]:
+    statuses = (body.get("status") or {}).get("containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def pod_state(body: dict[str, Any]) -> PodState:
+    """What the decision needs from a Pod body (pure; no API calls)."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    container = _container_status(body)
+    state = container.get("state") or {}
+    terminated = state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    text = terminated.get("message") or ""
+    try:
+        summary = json.loads(text) if text.strip().startswith("{") else None
+    except ValueError:
+        summary = None
+    role = (meta.get("labels") or {}).get(ROLE_LABEL, "")
+    name = meta.get("name", "")
+    index = None
+    if role == "worker" and name.rsplit("-", 1)[-1].isdigit():
+        index = int(name.rsplit("-", 1)[-1])
+    try:
+        attempt = int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "0"))
+    except ValueError:
+        attempt = 0
+    containers = (body.get("spec") or {}).get("containers") or [{}]
+    return PodState(
+        name=name, role=role, attempt=attempt, index=index,
+        phase=status.get("phase") or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=terminated.get("exitCode"),
+        termination=summary if isinstance(summary, dict) else None,
+        termination_text=text[:1024],
+        waiting_reason=waiting.get("reason"), waiting_message=waiting.get("message") or "",
+        image=containers[0].get("image", ""), ip=status.get("podIP"),
+    )
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict) or not node:
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def changed_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -> list[str]:
+    """Spec fields (dotted paths) whose values differ between what runs and what is asked."""
+    running, desired = _flatten(running_spec), _flatten(desired_spec)
+    keys = sorted(set(running) | set(desired))
+    return [k for k in keys if running.get(k) != desired.get(k)]
+
+
+def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str, Any]) -> tuple[str, ...]:
+    """The changes a running experiment cannot take (all but MUTABLE_FIELDS)."""
+    if running_spec is None:
+        return ()
+    fields = changed_fields(running_spec, desired_spec)
+    return tuple(f"spec.{f}" for f in fields if not any(f == m or f.startswith(m + ".") for m in MUTABLE_FIELDS))
+
+
+def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -> dict[str, Any]:
+    """The running spec with the mutable fields taken from the desired one (what a refused change keeps)."""
+    result = json.loads(json.dumps(running_spec))
+    for path in MUTABLE_FIELDS:
+        parts = path.split(".")
+        source: Any = desired_spec
+        for part in parts:
+            source = source.get(part) if isinstance(source, dict) else None
+        target = result
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        if source is None:
+            target.pop(parts[-1], None)
+        else:
+            target[parts[-1]] = source
+    return result
+
+
+# --- conditions -----------------------------------------------------------------------------------------
+
+
+def _timestamp(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
+                  generation: int, now: datetime.datetime) -> list[dict[str, Any]]:
+    """Upsert one condition; lastTransitionTime moves only when its status changes."""
+    old = next((c for c in conditions if c.get("type") == type_), None)
+    changed = old is None or old.get("status") != status
+    new = {"type": type_, "status": status, "reason": reason, "message": message,
+           "lastTransitionTime": _timestamp(now) if changed else old.get("lastTransitionTime") or _timestamp(now),
+           "observedGeneration": generation}
+    rest = [c for c in conditions if c.get("type") != type_]
+    ordered = rest + [new]
+    return sorted(ordered, key=lambda c: CONDITION_TYPES.index(c["type"]) if c["type"] in CONDITION_TYPES else 99)
+
+
+def _conditions_for(phase: str, reason: str, message: str, ready: bool,
+                    obs: Observation) -> list[dict[str, Any]]:
+    conds = list(obs.previous.get("conditions") or [])
+    g, now = obs.generation, obs.now
+    table = {
+        # phase: (Ready, Succeeded, Reconciling, Stalled)
+        "Pending": ("False", "Unknown", "True", "False"),
+        "Starting": ("False", "Unknown", "True", "False"),
+        "Running": ("True" if ready else "False", "Unknown", "False" if ready else "True", "False"),
+        "Suspended": ("False", "Unknown", "False", "False"),
+        "Succeeded": ("False", "True", "False", "False"),
+        "Failed": ("False", "False", "False", "True"),
+    }
+    for type_, status in zip(CONDITION_TYPES, table[phase], strict=True):
+        conds = set_condition(conds, type_, status, reason, message if status != "False" or type_ != "Stalled"
+                              else "", g, now)
+    if obs.refused_changes and phase not in TERMINAL_PHASES:
+        message = (f"cannot change {', '.join(obs.refused_changes)} while the experiment runs; "
+                   "suspend it first or create a new experiment")
+        conds = set_condition(conds, "Stalled", "True", "SpecChangeRefused", message, g, now)
+    return conds
+
+
+# --- deciding -------------------------------------------------------------------------------------------
+
+
+def _head(obs: Observation) -> PodState | None:
+    return next((p for p in obs.pods if p.role == "head" and not p.deleting), None)
+
+
+def _workers(obs: Observation) -> list[PodState]:
+    return [p for p in obs.pods if p.role == "worker" and not p.deleting]
+
+
+def _base(obs: Observation) -> Decision:
+    prev = obs.previous
+    head = _head(obs)
+    attempt = max(int(prev.get("attempt") or 0), head.attempt if head else 0)
+    status = {k: v for k, v in prev.items() if k != "conditions"}
+    status["attempt"] = attempt or None
+    status["observedGeneration"] = obs.generation
+    return Decision(status=status, restarts=obs.restarts, failed_attempt=obs.failed_attempt)
+
+
+def _finish(decision: Decision, obs: Observation, phase: str, reason: str, message: str,
+            ready: bool = False) -> Decision:
+    prev_phase = obs.previous.get("phase")
+    status = decision.status
+    status["phase"] = phase
+    status["message"] = message
+    status["conditions"] = _conditions_for(phase, reason, message, ready, obs)
+    if phase in TERMINAL_PHASES and not status.get("completionTime"):
+        status["completionTime"] = _timestamp(obs.now)
+    if phase != prev_phase:
+        kind = "Warning" if phase == "Failed" else "Normal"
+        decision.events.insert(0, Event(kind, reason, f"{phase}: {message}" if message else phase))
+    prev_refused = next((c for c in obs.previous.get("conditions") or []
+                         if c.get("type") == "Stalled" and c.get("reason") == "SpecChangeRefused"), None)
+    now_refused = next((c for c in status["conditions"]
+                        if c["type"] == "Stalled" and c["reason"] == "SpecChangeRefused"), None)
+    if now_refused and (prev_refused is None or prev_refused.get("message") != now_refused["message"]):
+        decision.events.append(Event("Warning", "SpecChangeRefused", now_refused["message"]))
+    status.update(workers=status.get("workers") or 0)
+    return decision
+
+
+def _fail(decision: Decision, obs: Observation, reason: str, message: str, *, keep_head: bool = False) -> Decision:
+    head = _head(obs)
+    decision.delete_pods = [p.name for p in obs.pods if not p.deleting and not (keep_head and p is head)]
+    decision.status["workers"] = 0
+    return _finish(decision, obs, "Failed", reason, message)
+
+
+def _terminal(decision: Decision, obs: Observation) -> Decision:
+    """A finished experiment stays finished; its pods go after ttlSecondsAfterFinished."""
+    prev = obs.previous
+    decision.status["conditions"] = list(prev.get("conditions") or [])
+    for cond in decision.status["conditions"]:
+        cond["observedGeneration"] = obs.generation
+    decision.delete_pods = [p.name for p in _workers(obs)]
+    completion = prev.get("completionTime")
+    if obs.ttl_seconds is not None and completion:
+        finished = datetime.datetime.strptime(completion, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+        left = (finished + datetime.timedelta(seconds=obs.ttl_seconds) - obs.now).total_seconds()
+        if left <= 0:
+            decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
+            if any(p.role == "head" and not p.deleting for p in obs.pods):
+                decision.events.append(Event("Normal", "TTLExpired", "pods deleted after ttlSecondsAfterFinished"))
+        else:
+            decision.requeue_after = left
+    decision.status["workers"] = 0
+    return decision
+
+
+def _summary_from(head: PodState, status: dict[str, Any]) -> str:
+    summary = head.termination or {}
+    for key in SUMMARY_FIELDS:
+        if summary.get(key) is not None:
+            status[key] = summary[key]
+    return str(summary.get("message") or summary.get("reason") or head.termination_text or "")
+
+
+def decide(obs: Observation) -> Decision:
+    decision = _base(obs)
+    prev_phase = obs.previous.get("phase")
+    prev_reason = next((c.get("reason") for c in obs.previous.get("conditions") or []
+                        if c.get("type") == "Stalled" and c.get("status") == "True"), None)
+    fixed_invalid_spec = prev_phase == "Failed" and prev_reason == "InvalidSpec" and not obs.spec_errors \
+        and obs.generation > int(obs.previous.get("observedGeneration") or 0)
+
+    if obs.spec_errors:
+        return _fail(decision, obs, "InvalidSpec", "; ".join(obs.spec_errors))
+    if prev_phase in TERMINAL_PHASES and not fixed_invalid_spec:
+        return _terminal(decision, obs)
+    if fixed_invalid_spec:
+        decision.status.pop("completionTime", None)
+    if obs.missing_secret:
+        return _fail(decision, obs, "SecretNotFound", obs.missing_secret)
+    for pod in obs.pods:
+        if pod.waiting_reason in IMAGE_PULL_REASONS:
+            return _fail(decision, obs, "ImagePullFailed",
+                         f"image {pod.image!r} cannot be pulled ({pod.waiting_reason}): {pod.waiting_message}".strip())
+        if pod.waiting_reason in CONFIG_ERROR_REASONS:
+            return _fail(decision, obs, "ContainerConfigError", f"pod {pod.name}: {pod.waiting_message}")
+
+    decision.ensure_children = True
+    decision.use_running_spec = bool(obs.refused_changes)
+    if obs.suspend:
+        decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
+        decision.status["workers"] = 0
+        return _finish(decision, obs, "Suspended", "Suspended", "pods deleted; storage kept")
+    return _lifecycle(decision, obs)
+
+
+def _lifecycle(decision: Decision, obs: Observation) -> Decision:
+    head = _head(obs)
+    attempt = int(decision.status.get("attempt") or 0)
+    prev_phase = obs.previous.get("phase")
+    status = decision.status
+
+    if head is None:
+        if any(p.role == "head" for p in obs.pods):  # the old head is still going away
+            decision.requeue_after = 1.0
+            return _finish(decision, obs, "Starting", "Restarting", "waiting for the old head pod to go")
+        lost = attempt > obs.failed_attempt and prev_phase in ("Pending", "Starting", "Running")
+        if lost:
+            return _head_failed(decision, obs, attempt, "the head pod was lost")
+        next_attempt = attempt + 1
+        decision.create_head = next_attempt
+        status["attempt"] = next_attempt
+        status["startTime"] = status.get("startTime") or _timestamp(obs.now)
+        decision.delete_pods = [p.name for p in _workers(obs)]  # workers join the new head afresh
+        decision.worker_attempt = next_attempt
+        decision.create_workers = [] if decision.delete_pods else list(range(obs.replicas))
+        if decision.delete_pods:
+            decision.requeue_after = 1.0
+        status["workers"] = 0
+        message = f"attempt {next_attempt}" + (" resumes from the last checkpoint" if next_attempt > 1 else "")
+        decision.events.append(Event("Normal", "HeadCreated", message))
+        return _finish(decision, obs, "Pending", "PodsPending", message)
+
+    if head.phase == "Succeeded":
+        message = _summary_from(head, status)
+        decision.delete_pods = [p.name for p in _workers(obs)]
+        status["workers"] = 0
+        return _finish(decision, obs, "Succeeded", "Succeeded", message or "stop criterion met")
+    if head.phase == "Failed":
+        summary = head.termination or {}
+        if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == "InvalidSpec":
+            message = str(summary.get("message") or head.termination_text or "the trainer refused the spec")
+            return _fail(decision, obs, "InvalidSpec", message, keep_head=True)
+        detail = str(summary.get("message") or summary.get("reason") or head.termination_text or "").strip()
+        reason = f"exit code {head.exit_code}" if head.exit_code is not None else "failed"
+        return _head_failed(decision, obs, head.attempt, f"{reason}: {detail}" if detail else reason, head)
+
+    created = list(decision.create_workers)
+    _workers_actions(decision, obs, attempt)
+    if decision.create_workers and not created and prev_phase == "Running":
+        decision.events.append(Event("Warning", "WorkerRecreated",
+                                     f"creating worker pods {decision.create_workers} for attempt {attempt}"))
+    if head.phase != "Running":
+        return _finish(decision, obs, "Pending", "PodsPending", f"attempt {attempt}: head pod {head.phase}")
+    trainer = obs.trainer or {}
+    trainer_here = bool(trainer) and int(trainer.get("attempt") or attempt) == attempt
+    if trainer_here:
+        for key in SUMMARY_FIELDS:
+            if trainer.get(key) is not None:
+                status[key] = trainer[key]
+    if not (trainer_here and trainer.get("phase") == "Running") and prev_phase != "Running":
+        return _finish(decision, obs, "Starting", "WaitingForTrainer",
+                       f"attempt {attempt}: head running, waiting for the trainer")
+    ready = status["workers"] >= obs.replicas
+    reason = "Training" if ready else "WaitingForWorkers"
+    message = f"attempt {attempt}: {status['workers']}/{obs.replicas} workers ready"
+    return _finish(decision, obs, "Running", reason, message, ready=ready)
+
+
+def _head_failed(decision: Decision, obs: Observation, attempt: int, why: str,
+                 head: PodState | None = None) -> Decision:
+    """Record a head failure once per attempt; retry in a later pass, or fail past backoffLimit."""
+    if attempt > obs.failed_attempt:
+        decision.restarts = obs.restarts + 1
+        decision.failed_attempt = attempt
+    if decision.restarts > obs.backoff_limit:
+        return _fail(decision, obs, "BackoffLimitExceeded",
+                     f"attempt {attempt} failed ({why}); backoffLimit {obs.backoff_limit} reached", keep_head=True)
+    if head is not None:
+        decision.delete_pods = [head.name]
+    decision.requeue_after = 0.5
+    if attempt > obs.failed_attempt:
+        decision.events.append(Event("Warning", "HeadFailed",
+                                     f"attempt {attempt} failed ({why}); restart {decision.restarts} of "
+                                     f"{obs.backoff_limit} resumes from the last checkpoint"))
+    return _finish(decision, obs, "Starting", "Restarting", f"attempt {attempt} failed: {why}")
+
+
+def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None:
+    ready = 0
+    present: set[int] = set()
+    for pod in _workers(obs):
+        if pod.index is None or pod.index >= obs.replicas or pod.attempt != attempt:
+            decision.delete_pods.append(pod.name)  # scaled down, or left from an older attempt
+            continue
+        if pod.phase in ("Failed", "Succeeded", "Unknown"):
+            decision.delete_pods.append(pod.name)
+            decision.events.append(Event("Warning", "WorkerLost", f"{pod.name} {pod.phase.lower()}; recreating it"))
+            decision.requeue_after = 0.5
+            present.add(pod.index)  # recreated in the next pass, once the old pod is gone
+            continue
+        present.add(pod.index)
+        ready += pod.phase == "Running"
+    gone = {p.index for p in obs.pods if p.role == "worker" and p.deleting and p.index is not None}
+    missing = [i for i in range(obs.replicas) if i not in present and i not in gone]
+    if missing:
+        decision.create_workers = missing
+        decision.worker_attempt = attempt
+    elif gone & set(range(obs.replicas)):
+        decision.requeue_after = 1.0
+    decision.status["workers"] = ready

@@ -1,0 +1,262 @@
+"""status.decide: every lifecycle branch, from observations to status, conditions, actions and events."""
+
+from __future__ import annotations
+
+import datetime
+
+from kuberl.operator.status import (
+    Observation,
+    PodState,
+    changed_fields,
+    decide,
+    pod_state,
+    refused_changes,
+    set_condition,
+    with_mutable_fields,
+)
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def obs(**kw) -> Observation:
+    kw.setdefault("generation", 1)
+    kw.setdefault("now", NOW)
+    kw.setdefault("previous", {})
+    return Observation(**kw)
+
+
+def head(phase="Running", attempt=1, **kw) -> PodState:
+    return PodState(name="e-head", role="head", attempt=attempt, phase=phase, **kw)
+
+
+def worker(i, phase="Running", attempt=1, **kw) -> PodState:
+    return PodState(name=f"e-worker-{i}", role="worker", attempt=attempt, phase=phase, index=i, **kw)
+
+
+def cond(status, type_):
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_new_experiment_creates_the_head_and_workers():
+    d = decide(obs(replicas=2))
+    assert d.create_head == 1 and d.create_workers == [0, 1] and d.worker_attempt == 1
+    assert d.ensure_children and not d.delete_pods
+    assert d.status["phase"] == "Pending" and d.status["attempt"] == 1
+    assert d.status["startTime"] == "2026-01-01T12:00:00Z"
+    assert cond(d.status, "Reconciling")["status"] == "True"
+    assert cond(d.status, "Ready")["status"] == "False"
+    assert cond(d.status, "Succeeded")["status"] == "Unknown"
+    assert all(c["observedGeneration"] == 1 for c in d.status["conditions"])
+    assert [e.reason for e in d.events] == ["PodsPending", "HeadCreated"]
+
+
+def test_running_with_all_workers_is_ready_and_copies_trainer_progress():
+    trainer = {"phase": "Running", "attempt": 1, "iteration": 7, "timesteps": 700, "episodeReturnMean": 21.5,
+               "lastCheckpoint": "s3://b/p/ns/e/checkpoints/000005"}
+    d = decide(obs(replicas=2, pods=(head(), worker(0), worker(1)), trainer=trainer,
+                   previous={"phase": "Starting", "attempt": 1}))
+    assert d.status["phase"] == "Running" and d.status["workers"] == 2
+    assert cond(d.status, "Ready")["status"] == "True" and cond(d.status, "Ready")["reason"] == "Training"
+    assert cond(d.status, "Reconciling")["status"] == "False"
+    assert d.status["iteration"] == 7 and d.status["timesteps"] == 700
+    assert d.status["lastCheckpoint"].endswith("000005")
+    assert not d.acts
+
+
+def test_running_waits_for_the_trainer_then_for_workers():
+    d = decide(obs(replicas=1, pods=(head(), worker(0, "Pending")), previous={"phase": "Pending", "attempt": 1}))
+    assert d.status["phase"] == "Starting" and cond(d.status, "Ready")["reason"] == "WaitingForTrainer"
+    d = decide(obs(replicas=1, pods=(head(), worker(0, "Pending")), trainer={"phase": "Running", "attempt": 1},
+                   previous={"phase": "Starting", "attempt": 1}))
+    assert d.status["phase"] == "Running" and cond(d.status, "Ready")["status"] == "False"
+    assert cond(d.status, "Ready")["reason"] == "WaitingForWorkers"
+    assert cond(d.status, "Reconciling")["status"] == "True"
+
+
+def test_trainer_status_of_another_attempt_is_ignored():
+    d = decide(obs(pods=(head(attempt=2),), trainer={"phase": "Running", "attempt": 1, "iteration": 99},
+                   previous={"phase": "Starting", "attempt": 2}))
+    assert "iteration" not in d.status and d.status["phase"] == "Starting"
+
+
+def test_last_transition_time_changes_only_with_status():
+    earlier = NOW - datetime.timedelta(minutes=5)
+    conds = set_condition([], "Ready", "False", "Starting", "", 1, earlier)
+    same = set_condition(conds, "Ready", "False", "Other", "msg", 2, NOW)
+    assert same[0]["lastTransitionTime"] == "2026-01-01T11:55:00Z" and same[0]["observedGeneration"] == 2
+    flipped = set_condition(same, "Ready", "True", "Training", "", 2, NOW)
+    assert flipped[0]["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_lost_worker_is_recreated():
+    previous = {"phase": "Running", "attempt": 1}
+    d = decide(obs(replicas=2, pods=(head(), worker(0)), previous=previous))
+    assert d.create_workers == [1] and d.worker_attempt == 1 and d.create_head is None
+    assert "WorkerRecreated" in [e.reason for e in d.events]
+    failed = decide(obs(replicas=2, pods=(head(), worker(0), worker(1, "Failed")), previous=previous))
+    assert failed.delete_pods == ["e-worker-1"] and failed.create_workers == []
+    assert failed.requeue_after is not None and failed.acts
+
+
+def test_scaling_up_and_down():
+    previous = {"phase": "Running", "attempt": 1}
+    up = decide(obs(replicas=3, pods=(head(), worker(0)), previous=previous))
+    assert up.create_workers == [1, 2]
+    down = decide(obs(replicas=1, pods=(head(), worker(0), worker(1), worker(2)), previous=previous))
+    assert sorted(down.delete_pods) == ["e-worker-1", "e-worker-2"] and not down.create_workers
+    assert down.status["workers"] == 1
+
+
+def test_workers_of_an_older_attempt_are_replaced():
+    d = decide(obs(replicas=1, pods=(head(attempt=2), worker(0, attempt=1)), previous={"phase": "Running",
+                                                                                       "attempt": 2}))
+    assert d.delete_pods == ["e-worker-0"]
+
+
+def test_head_succeeded_records_the_summary_and_deletes_workers():
+    summary = {"result": "Succeeded", "reason": "StopCriterion", "message": "timesteps reached", "iteration": 12,
+               "timesteps": 1200, "episodeReturnMean": 480.0, "lastCheckpoint": "s3://b/x/checkpoints/000012"}
+    d = decide(obs(replicas=1, pods=(head("Succeeded", exit_code=0, termination=summary), worker(0)),
+                   previous={"phase": "Running", "attempt": 1}))
+    assert d.status["phase"] == "Succeeded" and d.status["completionTime"] == "2026-01-01T12:00:00Z"
+    assert d.status["iteration"] == 12 and d.status["episodeReturnMean"] == 480.0
+    assert d.status["message"] == "timesteps reached"
+    assert d.delete_pods == ["e-worker-0"]
+    assert cond(d.status, "Succeeded")["status"] == "True" and cond(d.status, "Stalled")["status"] == "False"
+    assert d.events[0].reason == "Succeeded" and d.events[0].type == "Normal"
+
+
+def test_head_failure_is_recorded_then_retried_with_the_next_attempt():
+    previous = {"phase": "Running", "attempt": 1}
+    first = decide(obs(backoff_limit=2, pods=(head("Failed", exit_code=1, termination_text="boom"),),
+                       previous=previous))
+    assert first.delete_pods == ["e-head"] and first.create_head is None
+    assert first.restarts == 1 and first.failed_attempt == 1
+    assert first.status["phase"] == "Starting" and "HeadFailed" in [e.reason for e in first.events]
+    second = decide(obs(backoff_limit=2, previous=first.status, restarts=1, failed_attempt=1))
+    assert second.create_head == 2 and second.status["attempt"] == 2 and second.restarts == 1
+
+
+def test_a_lost_head_counts_as_a_failure_even_after_an_operator_crash():
+    # The head vanished (or the operator crashed after deleting it but before recording the failure).
+    d = decide(obs(previous={"phase": "Running", "attempt": 3}, restarts=1, failed_attempt=2))
+    assert d.create_head is None and d.restarts == 2 and d.failed_attempt == 3
+
+
+def test_backoff_limit_fails_the_experiment_and_keeps_the_head_for_logs():
+    d = decide(obs(backoff_limit=1, replicas=1, pods=(head("Failed", attempt=2, exit_code=1), worker(0, attempt=2)),
+                   previous={"phase": "Running", "attempt": 2}, restarts=1, failed_attempt=1))
+    assert d.status["phase"] == "Failed" and d.delete_pods == ["e-worker-0"]
+    assert cond(d.status, "Stalled")["reason"] == "BackoffLimitExceeded"
+    assert cond(d.status, "Succeeded")["status"] == "False"
+    assert d.events[0].type == "Warning"
+
+
+def test_exit_code_2_is_invalid_spec_and_never_retried():
+    term = {"result": "InvalidSpec", "reason": "InvalidSpec", "message": "spec.env.id: unknown env 'Nope-v0'"}
+    d = decide(obs(pods=(head("Failed", exit_code=2, termination=term),), previous={"phase": "Starting",
+                                                                                     "attempt": 1}))
+    assert d.status["phase"] == "Failed" and cond(d.status, "Stalled")["reason"] == "InvalidSpec"
+    assert "spec.env.id" in d.status["message"] and d.create_head is None and d.restarts == 0
+
+
+def test_invalid_spec_fails_without_pods_or_children():
+    d = decide(obs(spec_errors=("spec.replay.shards: apex-dqn needs at least 1 replay shard",)))
+    assert d.status["phase"] == "Failed" and not d.ensure_children and d.create_head is None
+    assert cond(d.status, "Stalled")["status"] == "True" and cond(d.status, "Stalled")["reason"] == "InvalidSpec"
+    assert cond(d.status, "Succeeded")["status"] == "False"
+    assert d.events[0].type == "Warning" and "spec.replay.shards" in d.events[0].message
+    again = decide(obs(spec_errors=("spec.replay.shards: x",), previous=d.status))
+    assert again.events == [] and not again.acts  # no retry loop, no repeated events
+
+
+def test_fixing_an_invalid_spec_starts_the_experiment():
+    failed = decide(obs(spec_errors=("spec.stop: set one",))).status
+    d = decide(obs(generation=2, previous=failed))
+    assert d.create_head == 1 and d.status["phase"] == "Pending" and "completionTime" not in d.status
+
+
+def test_missing_secret_and_image_pull_fail_fast():
+    d = decide(obs(missing_secret="spec.storage.secretRef: Secret 's3' not found in namespace 'ns'"))
+    assert d.status["phase"] == "Failed" and cond(d.status, "Stalled")["reason"] == "SecretNotFound"
+    assert d.create_head is None
+    pulling = head("Pending", waiting_reason="ImagePullBackOff", waiting_message="not found", image="bad:1")
+    d = decide(obs(pods=(pulling,), previous={"phase": "Pending", "attempt": 1}))
+    assert d.status["phase"] == "Failed" and cond(d.status, "Stalled")["reason"] == "ImagePullFailed"
+    assert "bad:1" in d.status["message"] and d.delete_pods == ["e-head"]
+
+
+def test_suspend_deletes_pods_and_resume_starts_the_next_attempt():
+    d = decide(obs(suspend=True, replicas=1, pods=(head(), worker(0)), previous={"phase": "Running", "attempt": 1}))
+    assert sorted(d.delete_pods) == ["e-head", "e-worker-0"] and d.status["phase"] == "Suspended"
+    assert cond(d.status, "Stalled")["status"] == "False" and cond(d.status, "Reconciling")["status"] == "False"
+    resumed = decide(obs(replicas=1, previous=d.status))
+    assert resumed.create_head == 2 and resumed.restarts == 0  # resuming is not a failure
+    assert "resumes from the last checkpoint" in resumed.events[-1].message
+
+
+def test_ttl_after_finished_deletes_pods_later():
+    done = {"phase": "Succeeded", "attempt": 1, "completionTime": "2026-01-01T11:59:00Z", "conditions": []}
+    early = decide(obs(ttl_seconds=120, pods=(head("Succeeded"),), previous=done))
+    assert early.delete_pods == [] and early.requeue_after == 60
+    late = decide(obs(ttl_seconds=30, pods=(head("Succeeded"),), previous=done))
+    assert late.delete_pods == ["e-head"] and late.status["phase"] == "Succeeded"
+    kept = decide(obs(pods=(head("Succeeded"),), previous=done))
+    assert kept.delete_pods == [] and kept.requeue_after is None
+
+
+def test_finished_experiment_stays_finished_on_spec_changes():
+    done = {"phase": "Succeeded", "attempt": 1, "completionTime": "2026-01-01T11:59:00Z",
+            "conditions": [{"type": "Succeeded", "status": "True", "observedGeneration": 1}]}
+    d = decide(obs(generation=2, replicas=3, previous=done))
+    assert d.create_head is None and not d.create_workers and d.status["phase"] == "Succeeded"
+    assert d.status["observedGeneration"] == 2 and d.status["conditions"][0]["observedGeneration"] == 2
+
+
+def test_refused_change_is_reported_in_a_condition_and_not_applied():
+    d = decide(obs(generation=2, replicas=1, refused_changes=("spec.algorithm",), pods=(head(), worker(0)),
+                   previous={"phase": "Running", "attempt": 1}))
+    stalled = cond(d.status, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "SpecChangeRefused"
+    assert "spec.algorithm" in stalled["message"] and stalled["observedGeneration"] == 2
+    assert d.use_running_spec and not d.delete_pods and d.create_head is None
+    assert [e.reason for e in d.events] == ["SpecChangeRefused"]
+    again = decide(obs(generation=2, replicas=1, refused_changes=("spec.algorithm",), pods=(head(), worker(0)),
+                       previous=d.status))
+    assert again.events == []
+
+
+def test_changed_and_refused_fields():
+    running = {"algorithm": "ppo", "workers": {"replicas": 1, "cpu": "4"}, "suspend": False}
+    desired = {"algorithm": "dqn", "workers": {"replicas": 3, "cpu": "4"}, "suspend": True}
+    assert changed_fields(running, desired) == ["algorithm", "suspend", "workers.replicas"]
+    assert refused_changes(running, desired) == ("spec.algorithm",)
+    assert refused_changes(None, desired) == ()
+    merged = with_mutable_fields(running, desired)
+    assert merged == {"algorithm": "ppo", "workers": {"replicas": 3, "cpu": "4"}, "suspend": True}
+
+
+def test_idempotent_after_the_pods_exist():
+    first = decide(obs(replicas=1))
+    pods = (head("Pending", attempt=1), worker(0, "Pending", attempt=1))
+    second = decide(obs(replicas=1, pods=pods, previous=first.status))
+    assert not second.acts and second.status["attempt"] == 1
+    # An operator that crashed after creating the head but before writing the status sees the same.
+    crashed = decide(obs(replicas=1, pods=pods, previous={}))
+    assert not crashed.acts and crashed.status["attempt"] == 1
+
+
+def test_pod_state_reads_a_pod_body():
+    body = {
+        "metadata": {"name": "e-worker-3", "labels": {"kuberl.io/role": "worker"},
+                     "annotations": {"kuberl.io/attempt": "2"}},
+        "spec": {"containers": [{"image": "img:1"}]},
+        "status": {"phase": "Failed", "podIP": "10.0.0.3", "containerStatuses": [{"state": {"terminated": {
+            "exitCode": 2, "message": '{"result": "InvalidSpec", "message": "bad"}'}}}]},
+    }
+    state = pod_state(body)
+    assert (state.role, state.index, state.attempt, state.phase, state.exit_code) == ("worker", 3, 2, "Failed", 2)
+    assert state.termination == {"result": "InvalidSpec", "message": "bad"} and state.ip == "10.0.0.3"
+    waiting = pod_state({"metadata": {"name": "e-head", "labels": {"kuberl.io/role": "head"}},
+                         "status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}})
+    assert waiting.waiting_reason == "ErrImagePull" and waiting.phase == "Pending" and waiting.termination is None
