@@ -1,0 +1,1 @@
+"""A user's own environment package, for examples/custom-env.yaml."""

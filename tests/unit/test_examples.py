@@ -1,0 +1,133 @@
+"""Every example manifest is a valid RLExperiment: for the generated CRD schema, for kuberl's own
+validation (including the checks a cluster run adds), and with an env the trainer can build.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import jsonschema
+import kubernetes_validate
+import numpy as np
+import pytest
+import yaml
+from gymnasium.utils.env_checker import check_env
+
+from kuberl.api.validation import cluster_errors, load_manifest
+from kuberl.trainer.checks import env_errors
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
+# Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
+CLUSTER_READY = ["cartpole-apex.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml"]
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> dict[str, Any]:
+    crd = yaml.safe_load((ROOT / "crds" / "rlexperiment.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+@pytest.fixture()
+def user_envs_on_path(monkeypatch):
+    """What the custom trainer image does with PYTHONPATH=/opt/kuberl/envs."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    yield
+    for name in [m for m in sys.modules if m == "custom_env" or m.startswith("custom_env.")]:
+        del sys.modules[name]
+
+
+def test_the_examples_the_issue_asks_for_exist():
+    assert {p.name for p in MANIFESTS} >= {"cartpole-ppo.yaml", *CLUSTER_READY}
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_example_passes_the_crd_schema(path, crd_schema):
+    (doc,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    jsonschema.Draft7Validator(crd_schema).validate(doc)
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_example_metadata_is_valid_kubernetes_object_metadata(path):
+    doc = yaml.safe_load(path.read_text())
+    # kubernetes-validate knows no custom kinds; ObjectMeta is the same for every kind.
+    probe = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc["metadata"]}
+    kubernetes_validate.validate(probe, "1.35.0", strict=True)
+
+
+@pytest.mark.parametrize("name", CLUSTER_READY)
+def test_cluster_example_passes_kuberl_validation_for_a_cluster(name, user_envs_on_path):
+    experiment = load_manifest((EXAMPLES / name).read_text(), source=name)
+    assert cluster_errors(experiment) == []
+    assert env_errors(experiment) == []
+    assert experiment.spec.storage.uri.startswith("s3://")
+    assert experiment.spec.storage.secret_ref is not None
+
+
+def test_apex_example_trains_on_a_gpu_that_a_pod_provides():
+    spec = load_manifest((EXAMPLES / "cartpole-apex.yaml").read_text()).spec
+    assert spec.algorithm == "apex-dqn" and spec.learner.gpus >= 1
+    assert spec.head.gpus >= spec.learner.gpus
+    assert any(t.key == "nvidia.com/gpu" for t in spec.head.tolerations)
+    assert spec.image.endswith("-cuda")
+    assert spec.replay.shards >= 1 and spec.replay.prioritized
+    assert spec.workers.replicas >= 1 and spec.rollouts.workers >= 2
+
+
+def test_pendulum_example_is_continuous_ppo():
+    experiment = load_manifest((EXAMPLES / "pendulum-ppo.yaml").read_text())
+    assert experiment.spec.algorithm == "ppo"
+    env = gym.make(experiment.spec.env.id, **experiment.spec.env.config)
+    assert isinstance(env.action_space, gym.spaces.Box)
+    env.close()
+
+
+def test_minio_example_points_at_an_s3_compatible_endpoint():
+    storage = load_manifest((EXAMPLES / "minio.yaml").read_text()).spec.storage
+    assert storage.endpoint.startswith("http://minio.")
+    assert storage.secret_ref.name == "minio-credentials"
+
+
+def test_custom_env_is_refused_where_its_module_is_missing():
+    experiment = load_manifest((EXAMPLES / "custom-env.yaml").read_text())
+    (error,) = env_errors(experiment)
+    assert error.path == "spec.env.id" and "custom_env" in error.message
+
+
+def test_custom_env_passes_gymnasiums_checker_and_is_solvable(user_envs_on_path):
+    experiment = load_manifest((EXAMPLES / "custom-env.yaml").read_text())
+    module_name, _, class_name = experiment.spec.env.id.partition(":")
+    env_class = getattr(__import__(module_name, fromlist=[class_name]), class_name)
+    env = env_class(**experiment.spec.env.config)
+    check_env(env, skip_render_check=True)
+
+    def episode_return(policy) -> tuple[float, bool]:
+        obs, _ = env.reset(seed=11)
+        total, done, reached = 0.0, False, False
+        while not done:
+            obs, reward, reached, truncated, _ = env.step(policy(obs))
+            total += reward
+            done = reached or truncated
+        assert env.observation_space.contains(obs)
+        return total, reached
+
+    right, reached_right = episode_return(lambda obs: 1)
+    left, reached_left = episode_return(lambda obs: 0)
+    assert reached_right and right > experiment.spec.stop.episode_return_mean
+    assert not reached_left and left < 0
+
+
+def test_custom_env_rejects_bad_config_and_actions(user_envs_on_path):
+    from custom_env.corridor import CorridorEnv
+
+    with pytest.raises(ValueError, match="length"):
+        CorridorEnv(length=1)
+    env = CorridorEnv(length=4)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="action"):
+        env.step(np.int64(2))
