@@ -49,10 +49,11 @@ tools: $(TOOLS)/helm ## install helm v4 and kubectl v1.35 into .tools/bin
 
 IMAGE_REPO ?= ghcr.io/kuberl
 IMAGE_TAG  ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-images: ## build the operator and trainer images (needs a Docker engine)
-	docker build -f images/operator.Dockerfile -t $(IMAGE_REPO)/kuberl-operator:$(IMAGE_TAG) .
-	docker build -f images/trainer.Dockerfile -t $(IMAGE_REPO)/kuberl-trainer:$(IMAGE_TAG) .
-	docker build -f images/trainer-cuda.Dockerfile -t $(IMAGE_REPO)/kuberl-trainer:$(IMAGE_TAG)-cuda .
+IMAGES     ?= operator trainer trainer-cuda
+image_tag   = $(IMAGE_REPO)/kuberl-$(subst trainer-cuda,trainer,$(1)):$(IMAGE_TAG)$(if $(filter trainer-cuda,$(1)),-cuda)
+images: ## build the operator and trainer images (needs a Docker engine; IMAGES= picks some)
+	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine" >&2; exit 1; }
+	$(foreach image,$(IMAGES),docker build -f images/$(image).Dockerfile -t $(call image_tag,$(image)) . &&) true
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache

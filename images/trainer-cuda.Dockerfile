@@ -19,10 +19,11 @@ LABEL org.opencontainers.image.title="kuberl-trainer-cuda" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=/opt/kuberl/envs \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
-RUN groupadd --gid 10001 kuberl && useradd --uid 10001 --gid 10001 --create-home --shell /bin/bash kuberl \
+RUN groupadd --gid 1000 kuberl && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash kuberl \
  && mkdir -p /opt/kuberl/envs
 COPY --from=build /opt/kuberl /opt/kuberl
-USER 10001:10001
+# The uid the operator's pods run as (runAsUser in kuberl.operator.builders.pod).
+USER 1000:1000
 WORKDIR /home/kuberl
 EXPOSE 6379 10001 8265 8080
 CMD ["kuberl", "--help"]
