@@ -29,6 +29,9 @@ demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally
 test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q tests
 
+e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)
+	$(BIN)/python -m pytest -q e2e
+
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src tests bench e2e
 

@@ -1,0 +1,96 @@
+"""A real cluster (kind, set up by e2e/kind/run.sh): the operator from the chart, MinIO for S3.
+
+Settings come from the environment that e2e/kind/env.sh exports (E2E_NAMESPACE, E2E_STORAGE_URI,
+E2E_S3_ENDPOINT, E2E_S3_SECRET, E2E_TRAINER_IMAGE) and the kubeconfig from $KUBECONFIG. The test
+process reaches MinIO through `kubectl port-forward`.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import time
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config
+
+# Kills every process of the container but its first: PID 1 ignores signals sent from inside its
+# own PID namespace, and without its Ray daemons (head) or raylet (worker) it exits with an error.
+KILL_ALL_BUT_PID_1 = ("import os, signal\n"
+                      "for p in os.listdir('/proc'):\n"
+                      "    if p.isdigit() and int(p) not in (1, os.getpid()):\n"
+                      "        try: os.kill(int(p), signal.SIGKILL)\n"
+                      "        except OSError: pass\n")
+
+
+class KindCluster:
+    kind = "kind"
+
+    def __init__(self) -> None:
+        self.namespace = os.environ.get("E2E_NAMESPACE", "kuberl-e2e")
+        self.storage_uri = os.environ.get("E2E_STORAGE_URI", "s3://kuberl-e2e/runs")
+        self.s3_endpoint = os.environ.get("E2E_S3_ENDPOINT", f"http://minio.{self.namespace}.svc.cluster.local:9000")
+        self.s3_secret = os.environ.get("E2E_S3_SECRET", "s3-credentials")
+        self.trainer_image = os.environ.get("E2E_TRAINER_IMAGE", "kuberl.local/kuberl-trainer:e2e")
+        self.local_s3_endpoint = ""
+        self._port_forward: subprocess.Popen | None = None
+        self._core: k8s.CoreV1Api | None = None
+
+    def start(self) -> KindCluster:
+        config.load_kube_config()
+        self._core = k8s.CoreV1Api()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self._port_forward = subprocess.Popen(
+            ["kubectl", "-n", self.namespace, "port-forward", "svc/minio", f"{port}:9000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.local_s3_endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("kubectl port-forward to MinIO did not come up")
+
+    def stop(self) -> None:
+        if self._port_forward is not None:
+            self._port_forward.terminate()
+            self._port_forward.wait(10)
+
+    def s3_credentials(self) -> dict[str, Any]:
+        assert self._core is not None
+        secret = self._core.read_namespaced_secret(self.s3_secret, self.namespace)
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        return {"aws_access_key_id": data["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": data["AWS_SECRET_ACCESS_KEY"],
+                "region_name": data.get("AWS_REGION", "us-east-1")}
+
+    def kill_pod_process(self, namespace: str, name: str) -> None:
+        subprocess.run(["kubectl", "-n", namespace, "exec", name, "--", "python", "-c", KILL_ALL_BUT_PID_1],
+                       check=False, timeout=60)
+
+    def pod_has_process(self, namespace: str, name: str) -> bool:
+        assert self._core is not None
+        try:
+            pod = self._core.read_namespaced_pod(name, namespace)
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return pod.status.phase == "Running"
+
+    def diagnostics(self, namespace: str, lines: int = 40) -> str:
+        assert self._core is not None
+        parts = []
+        for pod in self._core.list_namespaced_pod(namespace).items:
+            try:
+                log = self._core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=lines)
+            except k8s.ApiException as exc:
+                log = f"(no log: {exc.reason})"
+            parts.append(f"--- pod {namespace}/{pod.metadata.name} ({pod.status.phase}):\n{log}")
+        return "\n".join(parts) + "\n(see e2e/kind/dump-logs.sh for the operator's log)"

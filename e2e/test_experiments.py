@@ -1,0 +1,141 @@
+"""End-to-end scenarios: an RLExperiment applied to a cluster, from the first pod to the files in S3.
+
+Written once against the Kubernetes API and S3; `cluster` is the local stand-in or kind.
+"""
+
+from __future__ import annotations
+
+import pytest
+from experiments import RunFiles, tiny_ppo, unique_name
+
+EPISODE_KEYS = {"experiment", "worker", "episode", "env", "return", "length", "policyVersion", "startTime", "endTime"}
+RESULT_KEYS = {"iteration", "timesteps", "episodes", "episodeReturnMean", "envStepsPerSecond", "timeSeconds"}
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _strictly_increasing(values: list[int]) -> bool:
+    return all(a < b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_apply_runs_to_success_with_checkpoints_traces_and_a_summary(cluster, experiments):
+    name = unique_name("ok")
+    experiments.apply(tiny_ppo(name, cluster))
+    experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
+    status = experiments.wait_phase(name, "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+
+    files = RunFiles(cluster, name)
+    assert status["timesteps"] >= 2560 and status["iteration"] >= 1
+    assert status["attempt"] == 1
+    assert status["lastCheckpoint"].rstrip("/").startswith(files.uri + "checkpoints/")
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
+    assert status.get("completionTime")
+
+    checkpoints = files.checkpoints()
+    assert checkpoints, files.keys()
+    assert checkpoints[-1]["iteration"] == status["iteration"]
+    assert status["lastCheckpoint"].rstrip("/").endswith(checkpoints[-1]["key"])
+    files.verify(checkpoints[-1])
+    assert "checkpoints/latest" in files.keys("checkpoints/latest")
+
+    results = files.results()
+    assert results and set(results[-1]) >= RESULT_KEYS
+    assert [r["iteration"] for r in results] == list(range(1, status["iteration"] + 1))
+    assert results[-1]["timesteps"] == status["timesteps"]
+
+    episodes = files.episodes()
+    assert episodes and all(set(e) >= EPISODE_KEYS for e in episodes)
+    assert {e["experiment"] for e in episodes} == {name}
+    assert all(e["length"] >= 1 and e["env"] == "CartPole-v1" for e in episodes)
+
+    experiments.wait(name, lambda: not experiments.pods(name, "worker"), "the workers to be deleted after success")
+
+
+def test_a_lost_worker_is_recreated_and_the_run_still_succeeds(cluster, experiments):
+    name = unique_name("worker-loss")
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 6400}))
+    worker = experiments.wait(name, lambda: experiments.running_pod(name, "worker"), "a running worker pod")
+    experiments.wait_phase(name, "Running")
+    cluster.kill_pod_process(cluster.namespace, worker.metadata.name)
+
+    def replaced() -> bool:
+        pod = experiments.running_pod(name, "worker")
+        return pod is not None and pod.metadata.uid != worker.metadata.uid
+
+    experiments.wait(name, replaced, "a new worker pod in place of the killed one")
+    status = experiments.wait_phase(name, "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    assert status["attempt"] == 1  # losing a worker does not restart the head
+    assert status["timesteps"] >= 6400
+
+
+def test_a_failed_head_is_recreated_and_attempt_2_resumes_from_the_checkpoint(cluster, experiments):
+    name = unique_name("head-loss")
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 7680}, checkpoint={"everyIterations": 1}))
+    files = RunFiles(cluster, name)
+    head = experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
+    before = experiments.wait(name, files.checkpoints, "a first complete checkpoint", timeout=300)
+    cluster.kill_pod_process(cluster.namespace, head.metadata.name)
+
+    experiments.wait(name, lambda: experiments.status(name).get("attempt") == 2, "attempt 2")
+    status = experiments.wait_phase(name, "Succeeded", "Failed", timeout=360)
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    assert status["attempt"] == 2
+
+    checkpoints = files.checkpoints()
+    first_attempt = [c["iteration"] for c in checkpoints if c["attempt"] == 1]
+    second_attempt = [c["iteration"] for c in checkpoints if c["attempt"] == 2]
+    assert first_attempt and second_attempt, checkpoints
+    # Resumed, not restarted: attempt 2 only wrote checkpoints after the ones attempt 1 had written.
+    assert before[-1]["iteration"] <= max(first_attempt) < min(second_attempt)
+    results = files.results()
+    assert _strictly_increasing([r["iteration"] for r in results])
+    assert _strictly_increasing([r["timesteps"] for r in results])
+    assert results[-1]["iteration"] == status["iteration"] == max(second_attempt)
+
+
+def test_an_invalid_spec_fails_at_once_with_no_pods(cluster, experiments):
+    name = unique_name("invalid")
+    experiments.apply(tiny_ppo(name, cluster, algorithm="dqn", replay={"shards": 0}))
+    status = experiments.wait_phase(name, "Failed", timeout=60)
+    stalled = experiments.condition(name, "Stalled")
+    assert stalled.get("status") == "True" and stalled.get("reason") == "InvalidSpec", status
+    assert experiments.condition(name, "Succeeded").get("status") == "False"
+    assert "replay.shards" in stalled.get("message", "")
+    assert experiments.pods(name) == []
+    assert any(e.type == "Warning" and e.reason == "InvalidSpec" for e in experiments.events(name)), \
+        [(e.type, e.reason) for e in experiments.events(name)]
+
+
+def test_deleting_an_experiment_removes_every_child(cluster, experiments):
+    name = unique_name("delete")
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 1_000_000}))
+    head = experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
+    children = experiments.children(name)
+    assert all(children.values()), children  # a pod, the Service, ConfigMap, token Secret, NetworkPolicy
+    experiments.delete(name)
+
+    experiments.wait(name, lambda: experiments.get(name) is None, "the experiment to be gone", timeout=60)
+    experiments.wait(name, lambda: not any(experiments.children(name).values()), "every child to be gone",
+                     timeout=60)
+    experiments.wait(name, lambda: not cluster.pod_has_process(cluster.namespace, head.metadata.name),
+                     "the head's processes to stop", timeout=60)
+
+
+def test_suspend_deletes_the_pods_and_resume_continues_from_the_checkpoint(cluster, experiments):
+    name = unique_name("suspend")
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 5120}, checkpoint={"everyIterations": 1}))
+    files = RunFiles(cluster, name)
+    experiments.wait(name, files.checkpoints, "a first complete checkpoint", timeout=300)
+    experiments.patch_spec(name, {"suspend": True})
+    experiments.wait_phase(name, "Suspended", timeout=120)
+    experiments.wait(name, lambda: not experiments.pods(name), "the pods to be deleted", timeout=120)
+    suspended_at = max(c["iteration"] for c in files.checkpoints())
+
+    experiments.patch_spec(name, {"suspend": False})
+    status = experiments.wait_phase(name, "Succeeded", "Failed", timeout=360)
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    resumed = [c["iteration"] for c in files.checkpoints() if c["attempt"] > 1]
+    assert resumed and min(resumed) > suspended_at
+    assert _strictly_increasing([r["iteration"] for r in files.results()])
