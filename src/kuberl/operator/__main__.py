@@ -1,0 +1,3 @@
+from kuberl.operator.main import main
+
+raise SystemExit(main())

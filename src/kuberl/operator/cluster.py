@@ -1,0 +1,116 @@
+"""The operator's narrow view of the Kubernetes API, through the official `kubernetes` client.
+
+Reads return plain JSON dicts (the API's own camelCase), so the pure functions of `status.py` and
+`builders/` never see client model classes. Writes are idempotent: creating what exists and
+deleting what is gone are not errors. The client is synchronous; callers run it in threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import kubernetes
+from kubernetes.client import ApiClient, ApiException
+
+from kuberl.api.types import GROUP, PLURAL, VERSION
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def load_api_client() -> ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                           client_configuration=configuration)
+    return ApiClient(configuration)
+
+
+def _json(response: Any) -> dict[str, Any]:
+    return json.loads(response.data)
+
+
+class Cluster:
+    def __init__(self, api: ApiClient):
+        self.api = api
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.networking = kubernetes.client.NetworkingV1Api(api)
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+
+    # -- reads --
+
+    def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                                  _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                   _preload_content=False))["items"]
+
+    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.core.read_namespaced_secret(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # -- writes --
+
+    def create(self, body: dict[str, Any]) -> bool:
+        """Create a child; False when it already exists (a repeated reconcile makes nothing twice)."""
+        namespace, kind = body["metadata"]["namespace"], body["kind"]
+        creators = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Secret": self.core.create_namespaced_secret,
+            "NetworkPolicy": self.networking.create_namespaced_network_policy,
+        }
+        try:
+            creators[kind](namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        self.core.patch_namespaced_config_map(name, namespace, {"data": data}, _content_type=MERGE_PATCH,
+                                              _preload_content=False)
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+            _content_type=MERGE_PATCH, _preload_content=False)
+
+    def patch_experiment_annotations(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}},
+            _content_type=MERGE_PATCH, _preload_content=False)

@@ -1,0 +1,197 @@
+"""One reconcile pass of one experiment: observe -> decide (status.py) -> apply.
+
+Synchronous (the kubernetes client is); the Kopf handlers run it in a thread. It returns the
+decision and the events to post, and never keeps state of its own: what it needs across passes
+is in the experiment's status and annotations, so an operator restart continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kuberl.api.types import RLExperiment
+from kuberl.api.validation import ManifestError, cluster_errors, validate_document
+from kuberl.operator import names
+from kuberl.operator.builders import (
+    Owner,
+    build_config_map,
+    build_head_pod,
+    build_head_service,
+    build_network_policy,
+    build_token_secret,
+    build_worker_pod,
+    new_token,
+    owner_of,
+    resolve_experiment,
+)
+from kuberl.operator.builders.common import selector
+from kuberl.operator.builders.configmap import EXPERIMENT_FILE
+from kuberl.operator.cluster import Cluster
+from kuberl.operator.settings import Settings
+from kuberl.operator.status import (
+    TERMINAL_PHASES,
+    Decision,
+    Observation,
+    decide,
+    pod_state,
+    refused_changes,
+    with_mutable_fields,
+)
+
+RESTARTS_ANNOTATION = "kuberl.io/restarts"
+FAILED_ATTEMPT_ANNOTATION = "kuberl.io/failed-attempt"
+REQUIRED_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+MAX_ERRORS_SHOWN = 10
+
+
+@dataclass
+class PassResult:
+    body: dict[str, Any]
+    decision: Decision
+
+
+def _int_annotation(meta: dict[str, Any], key: str) -> int:
+    try:
+        return int((meta.get("annotations") or {}).get(key, "0"))
+    except ValueError:
+        return 0
+
+
+def validate_body(body: dict[str, Any]) -> tuple[RLExperiment | None, tuple[str, ...]]:
+    """The experiment from an API object, or the errors that name the fields (schema, cross-field, cluster)."""
+    meta = body.get("metadata") or {}
+    doc = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+           "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+           "spec": body.get("spec") if body.get("spec") is not None else {}}
+    try:
+        experiment = validate_document(doc, strict=False)
+    except ManifestError as exc:
+        return None, tuple(str(e) for e in exc.errors[:MAX_ERRORS_SHOWN])
+    errors = cluster_errors(experiment)
+    return (None, tuple(str(e) for e in errors[:MAX_ERRORS_SHOWN])) if errors else (experiment, ())
+
+
+def _missing_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) -> str | None:
+    ref = experiment.spec.storage.secret_ref
+    if ref is None:
+        return None
+    secret = cluster.secret(namespace, ref.name)
+    if secret is None:
+        return f"spec.storage.secretRef: Secret {ref.name!r} not found in namespace {namespace!r}"
+    data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
+    missing = [k for k in REQUIRED_SECRET_KEYS if k not in data]
+    if missing:
+        return f"spec.storage.secretRef: Secret {ref.name!r} has no key {', '.join(missing)}"
+    return None
+
+
+def _running_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    config = cluster.config_map(namespace, names.config_map_name(name))
+    if config is None:
+        return None
+    try:
+        return (yaml.safe_load((config.get("data") or {}).get(EXPERIMENT_FILE, "")) or {}).get("spec")
+    except yaml.YAMLError:
+        return None
+
+
+def ensure_children(cluster: Cluster, experiment: RLExperiment, owner: Owner, settings: Settings, *,
+                    update_config: bool) -> None:
+    """Secret, ConfigMap, Service and NetworkPolicy; each created once, the ConfigMap kept current."""
+    cluster.create(build_token_secret(owner, new_token()))  # an existing token is kept
+    config = build_config_map(experiment, owner)
+    if not cluster.create(config) and update_config:
+        existing = cluster.config_map(owner.namespace, config["metadata"]["name"]) or {}
+        if existing.get("data") != config["data"]:
+            cluster.replace_config_map_data(owner.namespace, config["metadata"]["name"], config["data"])
+    cluster.create(build_head_service(owner))
+    cluster.create(build_network_policy(owner, operator_namespace=settings.operator_namespace,
+                                        prometheus_namespace=settings.prometheus_namespace))
+
+
+def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from old to new status (removed keys become null)."""
+    patch = {k: v for k, v in new.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in new})
+    return patch
+
+
+def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: str, *,
+                   trainer: dict[str, Any] | None, children_ready: bool,
+                   now: datetime.datetime | None = None) -> PassResult | None:
+    body = cluster.experiment(namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None  # deleted: the garbage collector removes the children
+    meta = body["metadata"]
+    previous = dict(body.get("status") or {})
+    now = now or datetime.datetime.now(tz=datetime.UTC)
+    experiment, errors = validate_body(body)
+    resolved = resolve_experiment(experiment, settings, namespace) if experiment else None
+    pods = [pod_state(p) for p in cluster.pods(namespace, selector(name))]
+    live_pods = any(not p.deleting for p in pods)
+    terminal = previous.get("phase") in TERMINAL_PHASES
+
+    running_spec = _running_spec(cluster, namespace, name) if resolved and live_pods and not terminal else None
+    desired_spec = resolved.spec.to_manifest() if resolved else {}
+    observation = Observation(
+        generation=int(meta.get("generation") or 1), now=now, previous=previous, spec_errors=errors,
+        replicas=resolved.spec.workers.replicas if resolved else 0,
+        backoff_limit=resolved.spec.backoff_limit if resolved else 0,
+        suspend=resolved.spec.suspend if resolved else False,
+        ttl_seconds=resolved.spec.ttl_seconds_after_finished if resolved else None,
+        refused_changes=refused_changes(running_spec, desired_spec),
+        missing_secret=_missing_secret(cluster, resolved, namespace) if resolved and not terminal else None,
+        pods=tuple(pods), trainer=trainer,
+        restarts=_int_annotation(meta, RESTARTS_ANNOTATION),
+        failed_attempt=_int_annotation(meta, FAILED_ATTEMPT_ANNOTATION),
+    )
+    decision = decide(observation)
+    _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=children_ready)
+    return PassResult(body, decision)
+
+
+def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved: RLExperiment | None,
+           running_spec: dict[str, Any] | None, decision: Decision, *, children_ready: bool) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    owner = owner_of(body)
+    # Record a counted failure before acting on it, so that no crash can lose it.
+    annotations = {RESTARTS_ANNOTATION: str(decision.restarts), FAILED_ATTEMPT_ANNOTATION: str(decision.failed_attempt)}
+    current = {k: (meta.get("annotations") or {}).get(k) for k in annotations}
+    if (decision.restarts or decision.failed_attempt) and current != annotations:
+        cluster.patch_experiment_annotations(namespace, name, dict(annotations))
+    for pod in decision.delete_pods:
+        cluster.delete_pod(namespace, pod)
+    if resolved is not None and decision.ensure_children:
+        effective = resolved
+        if decision.use_running_spec and running_spec is not None:
+            doc = {"apiVersion": resolved.api_version, "kind": resolved.kind,
+                   "metadata": {"name": name, "namespace": namespace},
+                   "spec": with_mutable_fields(running_spec, resolved.spec.to_manifest())}
+            effective = validate_document(doc, strict=False)
+        if not children_ready or decision.create_head:
+            ensure_children(cluster, effective, owner, settings, update_config=not decision.use_running_spec)
+        if decision.create_head:
+            cluster.create(build_head_pod(effective, owner, decision.create_head))
+        for index in decision.create_workers:
+            cluster.create(build_worker_pod(effective, owner, index, decision.worker_attempt))
+    status = dict(decision.status)
+    status["selector"] = selector(name, "worker") if resolved else None
+    status = {k: v for k, v in status.items() if v is not None}
+    patch = _status_patch(body.get("status") or {}, status)
+    if patch:
+        cluster.patch_experiment_status(namespace, name, patch)
+    decision.status = status
+
+
+def experiment_of_pod(body: dict[str, Any]) -> str | None:
+    """The RLExperiment that owns a pod (by ownerReference), if any."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "RLExperiment" and ref.get("apiVersion", "").startswith("kuberl.io/"):
+            return ref.get("name")
+    return None
+
