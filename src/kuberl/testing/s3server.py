@@ -45,6 +45,9 @@ class S3Server:
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._stall_pattern: str | None = None
+        self._released = threading.Event()
+        self.stalled = 0  # requests held by stall() so far
 
     @property
     def endpoint(self) -> str:
@@ -83,7 +86,7 @@ class S3Server:
                 super().finish()
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one INFO line per request otherwise
-        app = DomainDispatcherApplication(create_backend_app)
+        app = self._stalling(DomainDispatcherApplication(create_backend_app))
         # make_server binds in this thread, so a taken port fails here, not in the server thread.
         self._server = make_server(self.host, self.port, app, threaded=True, request_handler=TrackedHandler)
         self._server.daemon_threads = True
@@ -94,6 +97,7 @@ class S3Server:
     def stop(self) -> None:
         if self._server is None:
             return
+        self.release()
         self._server.shutdown()
         self._server.server_close()
         with self._lock:
@@ -104,6 +108,31 @@ class S3Server:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._server, self._thread = None, None
+
+    def stall(self, pattern: str) -> None:
+        """Hold every PUT whose path contains `pattern` until release(), then fail it with 503:
+        a write stuck mid-way (kill the writer meanwhile to get a torn checkpoint)."""
+        self._released.clear()
+        self._stall_pattern = pattern
+
+    def release(self) -> None:
+        self._stall_pattern = None
+        self._released.set()
+
+    def _stalling(self, app: Any) -> Any:
+        def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+            pattern = self._stall_pattern
+            if pattern and environ.get("REQUEST_METHOD") == "PUT" and pattern in environ.get("PATH_INFO", ""):
+                with self._lock:
+                    self.stalled += 1
+                self._released.wait(timeout=300)
+                # The held write never happens: its writer may be dead by now, and a late
+                # success would complete what the test wants left half-written.
+                start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+                return [b"<Error><Code>SlowDown</Code><Message>stalled by the test</Message></Error>"]
+            return app(environ, start_response)
+
+        return wrapped
 
     def restart(self) -> S3Server:
         self.stop()

@@ -1,0 +1,153 @@
+"""`kuberl train` processes against moto's S3 server: an S3 outage mid-run, and kill -9 mid-checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kuberl.testing.s3server import S3Server
+from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
+from kuberl.trainer.storage.run import RunStorage
+from kuberl.trainer.storage.s3 import S3Store
+from kuberl.trainer.storage.traces import read_traces
+
+pytestmark = pytest.mark.slow
+KUBERL = str(Path(sys.executable).parent / "kuberl")
+
+
+def manifest(name: str, bucket: str, endpoint: str, stop: str, every: int) -> str:
+    return f"""apiVersion: kuberl.io/v1alpha1
+kind: RLExperiment
+metadata: {{name: {name}}}
+spec:
+  algorithm: ppo
+  env: {{id: CartPole-v1}}
+  config: {{seed: 3}}
+  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
+  stop: {stop}
+  checkpoint: {{everyIterations: {every}, keep: 50}}
+  traces: {{enabled: true}}
+  storage: {{uri: "s3://{bucket}/runs", endpoint: "{endpoint}"}}
+"""
+
+
+class Trainer:
+    """A `kuberl train` process in its own session, its output collected line by line."""
+
+    def __init__(self, path: Path, env: dict[str, str]) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [KUBERL, "train", "-f", str(path)], cwd=path.parent, env={**os.environ, **env},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def iterations_seen(self) -> int:
+        its = [int(ln.split()[1]) for ln in self.lines if ln.startswith("iter ")]
+        return max(its, default=0)
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # our own session: the trainer and any child
+        self.proc.wait(timeout=30)
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-40:])
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def assert_results_monotonic(store: S3Store) -> list[dict]:
+    results = RunStorage(store).read_results()
+    iterations = [r["iteration"] for r in results]
+    timesteps = [r["timesteps"] for r in results]
+    assert iterations == list(range(1, len(results) + 1)), iterations
+    assert all(b > a for a, b in zip(timesteps, timesteps[1:], strict=False)), timesteps
+    return results
+
+
+def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, tmp_path: Path) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(manifest("outage", s3_bucket, s3.endpoint, "{timeSeconds: 50}", every=2))
+    store = S3Store(f"s3://{s3_bucket}/runs/outage", endpoint=s3.endpoint)
+    trainer = Trainer(path, s3.env())
+    try:
+        wait_for(lambda: store.exists("checkpoints/latest"), 120, "the first checkpoint")
+        before = latest_checkpoint(store).iteration
+        s3.stop()
+        seen_at_stop = trainer.iterations_seen()
+        time.sleep(30)  # the store is unreachable for 30 s
+        assert trainer.proc.poll() is None, trainer.output()
+        assert trainer.iterations_seen() > seen_at_stop + 2, "training stalled during the outage"
+        s3.start()
+        assert trainer.wait(timeout=240) == 0, trainer.output()
+    finally:
+        trainer.kill()
+    results = assert_results_monotonic(store)
+    final = latest_checkpoint(store)
+    assert final.iteration > before + 2 and final.iteration == results[-1]["iteration"]
+    assert any(r["iteration"] > seen_at_stop for r in results)
+    assert len(list(read_traces(store))) >= results[-1]["episodes"]
+
+
+def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
+    s3: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(manifest("killed", s3_bucket, s3.endpoint, "{iterations: 100000}", every=3))
+    store = S3Store(f"s3://{s3_bucket}/runs/killed", endpoint=s3.endpoint)
+    trainer = Trainer(path, s3.env())
+    try:
+        wait_for(lambda: store.exists("checkpoints/latest"), 120, "the first checkpoint")
+        s3.stall("manifest.json")  # the next checkpoint's files land, its manifest hangs
+        stalled_before = s3.stalled
+        wait_for(lambda: s3.stalled > stalled_before, 120, "a checkpoint write in progress")
+        trainer.kill()
+    finally:
+        trainer.kill()
+        s3.release()
+    complete = list_checkpoints(store)
+    previous = complete[-1].iteration
+    torn = sorted({k.split("/")[1] for k in store.list("checkpoints/") if k.count("/") == 2})[-1]
+    assert int(torn) > previous and not store.exists(f"checkpoints/{torn}/manifest.json")
+    assert store.list(f"checkpoints/{torn}/"), "the killed write left no files: nothing was torn"
+
+    stop_at = int(torn) + 3
+    path.write_text(manifest("killed", s3_bucket, s3.endpoint, f"{{iterations: {stop_at}}}", every=3))
+    rerun = Trainer(path, s3.env())
+    try:
+        assert rerun.wait(timeout=240) == 0, rerun.output()
+    finally:
+        rerun.kill()
+    assert f"resuming from {store.url(f'checkpoints/{previous:06d}')}" in "\n".join(rerun.lines)
+    results = assert_results_monotonic(store)
+    assert results[-1]["iteration"] == stop_at
+    final = latest_checkpoint(store)
+    assert final.iteration == stop_at
+    manifest_of_torn = json.loads(store.get_bytes(f"checkpoints/{torn}/manifest.json"))
+    assert manifest_of_torn["iteration"] == int(torn)  # rewritten whole by the rerun
