@@ -8,6 +8,7 @@ schemas (kubernetes-validate).
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -159,6 +160,28 @@ def test_gpu_values_set_the_cuda_trainer_and_place_the_operator(helm):
     assert "nodeAffinity" in pod["affinity"]
 
 
+@pytest.mark.parametrize(
+    ("override", "image"),
+    [
+        ("trainer.image=localhost:5000/kuberl-trainer:e2e", "localhost:5000/kuberl-trainer:e2e"),
+        ("trainer.image.tag=0.1.0-cuda", "ghcr.io/kuberl/kuberl-trainer:0.1.0-cuda"),
+    ],
+)
+def test_trainer_image_is_a_reference_or_repository_and_tag(helm, override, image):
+    container = the(render(helm, "--set", override), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "KUBERL_TRAINER_IMAGE", "value": image} in container["env"]
+
+
+def test_readme_quick_start_helm_install_renders(helm):
+    lines = iter((ROOT / "README.md").read_text().splitlines())
+    command = next(line for line in lines if line.startswith("helm install kuberl charts/kuberl"))
+    while command.endswith("\\"):
+        command = command[:-1] + next(lines)
+    # OWNER is the README's placeholder for the reader's registry account.
+    proc = run_helm(helm, "template", *shlex.split(command.replace("OWNER", "example"))[2:])
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_cluster_rbac_grants_exactly_what_the_operator_uses(helm):
     docs = render(helm, "--set", "rbac.aggregateToDefaultRoles=false")
     (role,) = by_kind(docs, "ClusterRole")
@@ -236,6 +259,7 @@ def test_metrics_service_and_service_monitor_select_the_operator(helm):
         ("securityContext.allowPrivilegeEscalation=true", "/securityContext/allowPrivilegeEscalation"),
         ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
         ("replicas=2", "additional properties 'replicas' not allowed"),
+        ("trainer.image=Not An Image", "/trainer/image"),
     ],
 )
 def test_bad_values_fail_with_the_field_named(helm, override, field):

@@ -42,8 +42,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* trainer.image is either a whole reference ("repo/name:tag") or {repository, tag}. */}}
 {{- define "kuberl.trainerImage" -}}
-{{- printf "%s:%s" .Values.trainer.image.repository (default .Chart.AppVersion .Values.trainer.image.tag) }}
+{{- $image := .Values.trainer.image }}
+{{- if kindIs "string" $image }}
+{{- $image }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Namespaced RBAC needs somewhere to grant rights; the schema says so too, this names the fix. */}}
