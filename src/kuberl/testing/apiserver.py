@@ -274,6 +274,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     _events: list[_Event] = attrs.field(factory=list, init=False)
     _rv: int = attrs.field(default=0, init=False)
     _tick: asyncio.Event | None = attrs.field(default=None, init=False)
+    _faults: list[list[Any]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -322,6 +323,18 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     def resource_version(self) -> int:
         return self._rv
 
+    def inject_fault(self, method: str, path_pattern: str, status: int = 500, times: int = 1) -> None:
+        """Answer the next `times` requests matching METHOD and the path regex with an error (fault injection)."""
+        self._faults.append([method.upper(), re.compile(path_pattern), status, times])
+
+    def _injected_fault(self, request: kmock.Request) -> ApiError | None:
+        for fault in self._faults:
+            method, pattern, status, times = fault
+            if times > 0 and request.method.value.upper() == method and pattern.search(request.url.path):
+                fault[3] -= 1
+                return ApiError(status, "InternalError", f"injected fault for {method} {request.url.path}")
+        return None
+
     # -- request dispatch --
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -343,6 +356,9 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         if res is None or not res.version or (not res.plural and not request.namespace):
             return await super()._handle(request)  # discovery, /version, /apis: KMock serves them
         try:
+            fault = self._injected_fault(request)
+            if fault is not None:
+                raise fault
             if not res.plural:  # KMock parses /api/v1/namespaces/NS as a namespace with no plural
                 rtype, namespace, name = self._type("", "namespaces"), None, request.namespace
             else:

@@ -1,0 +1,280 @@
+"""The real Kopf operator against the API emulator over HTTP: every lifecycle branch.
+
+No pods run here: the tests write pod phases, IPs and exit codes through the API as a kubelet
+would, and serve the trainer's /status from a small HTTP server on a loopback address.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+
+from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
+
+NAMESPACES = [f"life-{i}" for i in range(16)]
+_namespaces = iter(NAMESPACES)
+_loopback = itertools.count(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+STATUS_PORT = _free_port()
+
+
+class TrainerStatusServer:
+    """A stand-in for the trainer's :8080/status on its own loopback address (the head pod's IP)."""
+
+    def __init__(self, body: dict):
+        self.body = body
+        self.ip = f"127.0.0.{next(_loopback)}"
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                data = json.dumps(outer.body).encode()
+                self.send_response(200 if self.path == "/status" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((self.ip, STATUS_PORT), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with OperatorHarness(NAMESPACES, env={"KUBERL_STATUS_PORT": str(STATUS_PORT)}) as h:
+        yield h
+
+
+@pytest.fixture
+def ns() -> str:
+    return next(_namespaces)
+
+
+def phase_is(h, ns, name, phase):
+    return lambda: h.status(ns, name).get("phase") == phase
+
+
+def pod_names(h, ns):
+    return sorted(h.pods(ns))
+
+
+def test_apply_creates_every_child_with_owner_references(harness, ns):
+    body = harness.apply(ns, experiment_body("exp", workers={"replicas": 2}))
+    uid = body["metadata"]["uid"]
+    wait_for(lambda: len(harness.pods(ns)) == 3, what="head and two workers")
+    assert pod_names(harness, ns) == ["exp-head", "exp-worker-0", "exp-worker-1"]
+    children = {
+        "configmaps": ["exp-config"], "services": ["exp-head"], "secrets": ["exp-ray-token"],
+    }
+    for plural, expected in children.items():
+        assert [o["metadata"]["name"] for o in harness.objects(ns, plural)] == expected
+    policies = harness.objects(ns, "networkpolicies", "networking.k8s.io")
+    assert [p["metadata"]["name"] for p in policies] == ["exp-ray"]
+    for obj in [*harness.pods(ns).values(), *harness.objects(ns, "configmaps"), policies[0]]:
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
+    config = yaml.safe_load(harness.objects(ns, "configmaps")[0]["data"]["experiment.yaml"])
+    assert config["metadata"] == {"name": "exp", "namespace": ns}
+    token = base64.b64decode(harness.objects(ns, "secrets")[0]["data"]["token"])
+    assert len(token) >= 32
+    status = wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1 and harness.status(ns, "exp"))
+    assert status["phase"] == "Pending" and status["observedGeneration"] == 1
+    assert status["selector"] == "app.kubernetes.io/name=kuberl,kuberl.io/experiment=exp,kuberl.io/role=worker"
+    reasons = wait_for(lambda: {e["reason"] for e in harness.events(ns)} >= {"HeadCreated"} and
+                       {e["reason"] for e in harness.events(ns)})
+    assert "HeadCreated" in reasons
+
+
+def test_running_reports_trainer_progress_and_ready(harness, ns):
+    trainer = TrainerStatusServer({"phase": "Running", "attempt": 1, "iteration": 3, "timesteps": 300,
+                                   "episodeReturnMean": 42.5, "lastCheckpoint": None})
+    try:
+        harness.apply(ns, experiment_body("run", workers={"replicas": 1}))
+        wait_for(lambda: len(harness.pods(ns)) == 2)
+        harness.set_pod_status(ns, "run-head", "Running", ip=trainer.ip)
+        harness.set_pod_status(ns, "run-worker-0", "Running", ip="10.0.0.2")
+        wait_for(lambda: harness.condition(ns, "run", "Ready").get("status") == "True", what="Ready=True")
+        status = harness.status(ns, "run")
+        assert status["phase"] == "Running" and status["workers"] == 1
+        assert status["iteration"] == 3 and status["timesteps"] == 300 and status["episodeReturnMean"] == 42.5
+        assert harness.condition(ns, "run", "Reconciling")["status"] == "False"
+        trainer.body = {**trainer.body, "iteration": 9, "timesteps": 900}
+        wait_for(lambda: harness.status(ns, "run").get("iteration") == 9, what="progress update")
+    finally:
+        trainer.close()
+
+
+def test_lost_worker_pods_are_recreated(harness, ns):
+    harness.apply(ns, experiment_body("wrk", workers={"replicas": 2}))
+    wait_for(lambda: len(harness.pods(ns)) == 3)
+    first_uid = harness.pods(ns)["wrk-worker-1"]["metadata"]["uid"]
+    harness.set_pod_status(ns, "wrk-worker-1", "Failed", exit_code=137, message="OOMKilled")
+    wait_for(lambda: harness.pods(ns).get("wrk-worker-1", {}).get("metadata", {}).get("uid") not in (None, first_uid),
+             what="a new worker-1")
+    harness.core.delete_namespaced_pod("wrk-worker-0", ns)
+    pod = wait_for(lambda: harness.pods(ns).get("wrk-worker-0"), what="worker-0 recreated")
+    assert pod["metadata"]["annotations"]["kuberl.io/attempt"] == "1"
+    assert "exp" not in harness.pods(ns)  # nothing else appeared
+    assert harness.created_count(ns, "pods", "wrk-head") == 1
+
+
+def test_failed_head_is_recreated_with_the_next_attempt_until_backoff_limit(harness, ns):
+    harness.apply(ns, experiment_body("hd", backoffLimit=1, workers={"replicas": 1}))
+    wait_for(lambda: "hd-head" in harness.pods(ns))
+    harness.set_pod_status(ns, "hd-head", "Failed", exit_code=1, message={"result": "Failed", "reason": "Crash",
+                                                                           "message": "ray died"})
+    head = wait_for(lambda: harness.pods(ns).get("hd-head", {}).get("metadata", {}).get("annotations", {})
+                    .get("kuberl.io/attempt") == "2" and harness.pods(ns)["hd-head"], what="attempt 2 head")
+    env = {e["name"]: e.get("value") for e in head["spec"]["containers"][0]["env"]}
+    assert env["KUBERL_ATTEMPT"] == "2"
+    wait_for(lambda: harness.status(ns, "hd").get("attempt") == 2)
+    worker = wait_for(lambda: harness.pods(ns).get("hd-worker-0", {}).get("metadata", {}).get("annotations", {})
+                      .get("kuberl.io/attempt") == "2", what="worker of attempt 2")
+    assert worker
+    harness.set_pod_status(ns, "hd-head", "Failed", exit_code=1, message="segfault")
+    wait_for(phase_is(harness, ns, "hd", "Failed"), what="Failed after backoffLimit")
+    stalled = harness.condition(ns, "hd", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "BackoffLimitExceeded"
+    wait_for(lambda: "hd-worker-0" not in harness.pods(ns), what="workers deleted")
+    assert "hd-head" in harness.pods(ns)  # kept for its logs
+    assert harness.created_count(ns, "pods", "hd-head") == 2
+    warnings = [e for e in harness.events(ns) if e["type"] == "Warning"]
+    assert {"HeadFailed", "BackoffLimitExceeded"} <= {e["reason"] for e in warnings}
+
+
+def test_head_succeeded_records_the_summary_and_deletes_workers(harness, ns):
+    harness.apply(ns, experiment_body("ok", workers={"replicas": 2}))
+    wait_for(lambda: len(harness.pods(ns)) == 3)
+    summary = {"result": "Succeeded", "reason": "StopCriterion", "message": "stop.timesteps reached",
+               "iteration": 5, "timesteps": 1024, "episodeReturnMean": 77.0,
+               "lastCheckpoint": "s3://bucket/runs/x/ok/checkpoints/000005"}
+    harness.set_pod_status(ns, "ok-head", "Succeeded", exit_code=0, message=summary)
+    wait_for(phase_is(harness, ns, "ok", "Succeeded"))
+    status = harness.status(ns, "ok")
+    assert status["timesteps"] == 1024 and status["lastCheckpoint"].endswith("000005")
+    assert status["completionTime"] and status["message"] == "stop.timesteps reached"
+    assert harness.condition(ns, "ok", "Succeeded")["status"] == "True"
+    wait_for(lambda: pod_names(harness, ns) == ["ok-head"], what="workers deleted")
+
+
+def test_invalid_spec_fails_with_a_warning_and_no_pods(harness, ns):
+    harness.apply(ns, experiment_body("bad", algorithm="apex-dqn", replay={"shards": 0}))
+    wait_for(phase_is(harness, ns, "bad", "Failed"))
+    stalled = harness.condition(ns, "bad", "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidSpec"
+    assert "spec.replay.shards" in stalled["message"]
+    assert harness.condition(ns, "bad", "Succeeded")["status"] == "False"
+    events = wait_for(lambda: [e for e in harness.events(ns) if e["reason"] == "InvalidSpec"])
+    assert events[0]["type"] == "Warning" and "spec.replay.shards" in events[0]["message"]
+    assert harness.pods(ns) == {} and harness.objects(ns, "configmaps") == []
+
+
+def test_trainer_exit_code_2_is_invalid_spec_and_not_retried(harness, ns):
+    harness.apply(ns, experiment_body("envbad", env={"id": "NoSuchEnv-v9"}, workers={"replicas": 0}))
+    wait_for(lambda: "envbad-head" in harness.pods(ns))
+    harness.set_pod_status(ns, "envbad-head", "Failed", exit_code=2, message={
+        "result": "InvalidSpec", "reason": "InvalidSpec", "message": "spec.env.id: unknown env 'NoSuchEnv-v9'"})
+    wait_for(phase_is(harness, ns, "envbad", "Failed"))
+    assert harness.condition(ns, "envbad", "Stalled")["reason"] == "InvalidSpec"
+    assert "spec.env.id" in harness.status(ns, "envbad")["message"]
+    assert harness.status(ns, "envbad")["attempt"] == 1
+    assert harness.created_count(ns, "pods", "envbad-head") == 1
+
+
+def test_missing_secret_and_image_pull_errors_fail_fast(harness, ns):
+    harness.apply(ns, experiment_body("nosecret", storage={"uri": "s3://bucket/p", "secretRef": {"name": "absent"}}))
+    wait_for(phase_is(harness, ns, "nosecret", "Failed"))
+    assert harness.condition(ns, "nosecret", "Stalled")["reason"] == "SecretNotFound"
+    assert "absent" in harness.status(ns, "nosecret")["message"]
+    harness.apply(ns, experiment_body("pull", image="registry.invalid/none:0", workers={"replicas": 0}))
+    wait_for(lambda: "pull-head" in harness.pods(ns))
+    harness.set_pod_status(ns, "pull-head", "Pending", waiting="ImagePullBackOff")
+    wait_for(phase_is(harness, ns, "pull", "Failed"))
+    assert harness.condition(ns, "pull", "Stalled")["reason"] == "ImagePullFailed"
+    assert "registry.invalid/none:0" in harness.status(ns, "pull")["message"]
+    wait_for(lambda: "pull-head" not in harness.pods(ns), what="pod deleted")
+    assert not any(n.startswith("nosecret") for n in harness.pods(ns))
+
+
+def test_suspend_deletes_pods_and_resume_starts_the_next_attempt(harness, ns):
+    harness.apply(ns, experiment_body("sus", workers={"replicas": 1}))
+    wait_for(lambda: len(harness.pods(ns)) == 2)
+    harness.patch_spec(ns, "sus", {"suspend": True})
+    wait_for(phase_is(harness, ns, "sus", "Suspended"))
+    wait_for(lambda: harness.pods(ns) == {}, what="pods deleted")
+    assert [c["metadata"]["name"] for c in harness.objects(ns, "configmaps")] == ["sus-config"]  # storage kept
+    harness.patch_spec(ns, "sus", {"suspend": False})
+    head = wait_for(lambda: harness.pods(ns).get("sus-head"), what="head of the resumed run")
+    assert head["metadata"]["annotations"]["kuberl.io/attempt"] == "2"
+    wait_for(lambda: "sus-worker-0" in harness.pods(ns))
+    assert harness.get(ns, "sus")["metadata"]["annotations"].get("kuberl.io/restarts") is None
+
+
+def test_scale_subresource_changes_workers(harness, ns):
+    harness.apply(ns, experiment_body("scl", workers={"replicas": 1}))
+    wait_for(lambda: len(harness.pods(ns)) == 2)
+    harness.custom.patch_namespaced_custom_object_scale("kuberl.io", "v1alpha1", ns, "rlexperiments", "scl",
+                                                        {"spec": {"replicas": 3}},
+                                                        _content_type="application/merge-patch+json")
+    wait_for(lambda: pod_names(harness, ns) == ["scl-head", "scl-worker-0", "scl-worker-1", "scl-worker-2"])
+    for name in pod_names(harness, ns):
+        harness.set_pod_status(ns, name, "Running", ip="10.1.0.1")
+    wait_for(lambda: harness.status(ns, "scl").get("workers") == 3, what="status.workers")
+    scale = harness.custom.get_namespaced_custom_object_scale("kuberl.io", "v1alpha1", ns, "rlexperiments", "scl")
+    assert scale["status"]["replicas"] == 3 and "kuberl.io/role=worker" in scale["status"]["selector"]
+    harness.patch_spec(ns, "scl", {"workers": {"replicas": 1}})
+    wait_for(lambda: pod_names(harness, ns) == ["scl-head", "scl-worker-0"], what="scaled down")
+
+
+def test_immutable_change_is_refused_in_a_condition_and_not_half_applied(harness, ns):
+    harness.apply(ns, experiment_body("imm", workers={"replicas": 1}))
+    wait_for(lambda: len(harness.pods(ns)) == 2)
+    config_before = harness.objects(ns, "configmaps")[0]["data"]
+    harness.patch_spec(ns, "imm", {"algorithm": "dqn", "workers": {"replicas": 2}})
+    stalled = wait_for(lambda: harness.condition(ns, "imm", "Stalled").get("reason") == "SpecChangeRefused"
+                       and harness.condition(ns, "imm", "Stalled"), what="refusal condition")
+    assert stalled["status"] == "True" and "spec.algorithm" in stalled["message"]
+    assert stalled["observedGeneration"] == 2
+    wait_for(lambda: "imm-worker-1" in harness.pods(ns), what="the mutable part (replicas) applies")
+    assert harness.objects(ns, "configmaps")[0]["data"] == config_before
+    assert harness.created_count(ns, "pods", "imm-head") == 1
+    events = wait_for(lambda: [e for e in harness.events(ns) if e["reason"] == "SpecChangeRefused"])
+    assert events[0]["type"] == "Warning"
+
+
+def test_ttl_after_finished_deletes_the_pods_but_keeps_the_resource(harness, ns):
+    harness.apply(ns, experiment_body("ttl", ttlSecondsAfterFinished=1, workers={"replicas": 0}))
+    wait_for(lambda: "ttl-head" in harness.pods(ns))
+    harness.set_pod_status(ns, "ttl-head", "Succeeded", exit_code=0, message={"result": "Succeeded"})
+    wait_for(phase_is(harness, ns, "ttl", "Succeeded"))
+    wait_for(lambda: harness.pods(ns) == {}, timeout=10, what="pods deleted after the TTL")
+    assert harness.status(ns, "ttl")["phase"] == "Succeeded"
+
+
+def test_delete_removes_every_child(harness, ns):
+    harness.apply(ns, experiment_body("gone", workers={"replicas": 2}))
+    wait_for(lambda: len(harness.pods(ns)) == 3)
+    harness.delete(ns, "gone")
+    wait_for(lambda: harness.pods(ns) == {}, what="pods gone")
+    for plural in ("configmaps", "services", "secrets"):
+        assert harness.objects(ns, plural) == []
+    assert harness.objects(ns, "networkpolicies", "networking.k8s.io") == []
