@@ -29,8 +29,8 @@ VALUE_SETS = {
     "namespaced": ["-f", str(CHART / "ci" / "namespaced-values.yaml")],
     "servicemonitor": ["-f", str(CHART / "ci" / "servicemonitor-values.yaml")],
 }
-# Kinds whose schemas are not part of Kubernetes itself.
-NOT_IN_KUBERNETES = {"ServiceMonitor"}
+# Kinds whose schemas are not part of Kubernetes itself (the peering kinds' CRDs ship in the chart).
+NOT_IN_KUBERNETES = {"ServiceMonitor", "ClusterKopfPeering", "KopfPeering"}
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +121,34 @@ def test_crds_install_false_renders_no_crds(helm):
     docs = render(helm, "--set", "crds.install=false")
     assert by_kind(docs, "CustomResourceDefinition") == []
     assert the(docs, "Deployment")
+
+
+def _peerings(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return by_kind(docs, "ClusterKopfPeering") + by_kind(docs, "KopfPeering")
+
+
+def test_the_peering_objects_the_operator_waits_for_are_created_after_their_crds(helm):
+    from kuberl.operator.main import PEERING_NAME
+
+    docs = render(helm)
+    crds = {d["spec"]["names"]["kind"]: d for d in by_kind(docs, "CustomResourceDefinition")}
+    (cluster_peering,) = _peerings(docs)
+    assert cluster_peering["kind"] == "ClusterKopfPeering" and cluster_peering["metadata"]["name"] == PEERING_NAME
+    assert "post-install" in cluster_peering["metadata"]["annotations"]["helm.sh/hook"]
+    for peering in _peerings(docs) + _peerings(render(helm, *VALUE_SETS["namespaced"])):
+        (version,) = crds[peering["kind"]]["spec"]["versions"]
+        assert peering["apiVersion"] == f"kopf.dev/{version['name']}"
+        jsonschema.validate(peering, version["schema"]["openAPIV3Schema"])
+    namespaced = _peerings(render(helm, *VALUE_SETS["namespaced"]))
+    assert {(p["kind"], p["metadata"]["namespace"]) for p in namespaced} == {
+        ("KopfPeering", "research"), ("KopfPeering", "team-b")}
+
+
+def test_without_peering_the_operator_runs_standalone(helm):
+    docs = render(helm, "--set", "operator.peering=false")
+    assert _peerings(docs) == []
+    env = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "KUBERL_PEERING", "value": "off"} in env
 
 
 def test_operator_deployment_is_single_recreate_hardened(helm):
