@@ -275,6 +275,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     _rv: int = attrs.field(default=0, init=False)
     _tick: asyncio.Event | None = attrs.field(default=None, init=False)
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
+    _fault_hits: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -323,15 +324,26 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     def resource_version(self) -> int:
         return self._rv
 
-    def inject_fault(self, method: str, path_pattern: str, status: int = 500, times: int = 1) -> None:
-        """Answer the next `times` requests matching METHOD and the path regex with an error (fault injection)."""
-        self._faults.append([method.upper(), re.compile(path_pattern), status, times])
+    def inject_fault(self, method: str, path_pattern: str, status: int = 500, times: int = 1, skip: int = 0) -> None:
+        """Fault injection: let `skip` matching requests (METHOD, path regex) through, fail the next `times`."""
+        self._faults.append([method.upper(), re.compile(path_pattern), status, times, skip])
+
+    def fault_hits(self) -> int:
+        """How many requests the injected faults have failed so far."""
+        return self._fault_hits
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
 
     def _injected_fault(self, request: kmock.Request) -> ApiError | None:
         for fault in self._faults:
-            method, pattern, status, times = fault
+            method, pattern, status, times, skip = fault
             if times > 0 and request.method.value.upper() == method and pattern.search(request.url.path):
+                if skip > 0:
+                    fault[4] -= 1
+                    return None
                 fault[3] -= 1
+                self._fault_hits += 1
                 return ApiError(status, "InternalError", f"injected fault for {method} {request.url.path}")
         return None
 
