@@ -176,6 +176,8 @@ def test_operator_deployment_is_single_recreate_hardened(helm):
     assert (env["KUBERL_DEFAULT_HEAD_CPU"], env["KUBERL_DEFAULT_HEAD_MEMORY"]) == ("2", "4Gi")
     assert (env["KUBERL_DEFAULT_WORKER_CPU"], env["KUBERL_DEFAULT_WORKER_MEMORY"]) == ("4", "8Gi")
     assert env["KUBERL_STATUS_POLL_SECONDS"] == "10"
+    assert env["KUBERL_PROMETHEUS_NAMESPACE"] == "monitoring"
+    assert env["KUBERL_WATCH_NAMESPACES"] == "" and "KUBERL_PEERING" not in env
 
 
 def test_gpu_values_set_the_cuda_trainer_and_place_the_operator(helm):
@@ -286,6 +288,7 @@ def test_metrics_service_and_service_monitor_select_the_operator(helm):
         ("podSecurityContext.runAsNonRoot=false", "/podSecurityContext/runAsNonRoot"),
         ("securityContext.allowPrivilegeEscalation=true", "/securityContext/allowPrivilegeEscalation"),
         ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
+        ("metrics.prometheusNamespace=Monitoring", "/metrics/prometheusNamespace"),
         ("replicas=2", "additional properties 'replicas' not allowed"),
         ("trainer.image=Not An Image", "/trainer/image"),
     ],
@@ -342,3 +345,15 @@ def test_values_shown_in_the_gitops_doc_pass_the_values_schema():
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     for values in shown:
         jsonschema.validate({**defaults, **values}, schema)
+
+
+def test_every_setting_the_chart_passes_is_one_the_operator_reads(helm):
+    operator_sources = " ".join(
+        (ROOT / "src" / "kuberl" / "operator" / name).read_text() for name in ("settings.py", "main.py")
+    )
+    docs = render(helm, "--set", "operator.peering=false")
+    env = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert f'"{name}"' in operator_sources, f"the operator never reads {name}"
