@@ -14,7 +14,8 @@ FROM python:3.11-slim
 LABEL org.opencontainers.image.title="kuberl-operator" \
       org.opencontainers.image.description="Kubernetes operator for RLExperiment resources" \
       org.opencontainers.image.licenses="Apache-2.0"
-ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# The chart mounts the root filesystem read-only with a writable /tmp.
+ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 RUN groupadd --gid 10001 kuberl && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin kuberl
 COPY --from=build /opt/kuberl /opt/kuberl
 USER 10001:10001

@@ -17,7 +17,9 @@ FROM python:3.11-slim
 LABEL org.opencontainers.image.title="kuberl-trainer-cuda" \
       org.opencontainers.image.description="Ray head/worker and RL trainer for kuberl experiments (CUDA)" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The operator runs these pods with a read-only root filesystem and a writable /tmp: caches go there.
 ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=/opt/kuberl/envs \
+    HOME=/tmp XDG_CACHE_HOME=/tmp/.cache MPLCONFIGDIR=/tmp/matplotlib PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 RUN groupadd --gid 1000 kuberl && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash kuberl \
  && mkdir -p /opt/kuberl/envs

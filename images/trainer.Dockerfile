@@ -18,7 +18,9 @@ LABEL org.opencontainers.image.title="kuberl-trainer" \
       org.opencontainers.image.description="Ray head/worker and RL trainer for kuberl experiments (CPU)" \
       org.opencontainers.image.licenses="Apache-2.0"
 # User env modules ("package.module:Class") go under /opt/kuberl/envs (see examples/custom_env/).
-ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=/opt/kuberl/envs
+# The operator runs these pods with a read-only root filesystem and a writable /tmp: caches go there.
+ENV PATH=/opt/kuberl/bin:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=/opt/kuberl/envs \
+    HOME=/tmp XDG_CACHE_HOME=/tmp/.cache MPLCONFIGDIR=/tmp/matplotlib PYTHONDONTWRITEBYTECODE=1
 RUN groupadd --gid 1000 kuberl && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash kuberl \
  && mkdir -p /opt/kuberl/envs
 COPY --from=build /opt/kuberl /opt/kuberl
