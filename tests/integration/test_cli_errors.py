@@ -1,0 +1,92 @@
+"""`kuberl` as a user runs it: bad input exits 2 with the field named and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+GOOD = textwrap.dedent(
+    """\
+    apiVersion: kuberl.io/v1alpha1
+    kind: RLExperiment
+    metadata: {name: cli-test}
+    spec:
+      algorithm: ppo
+      env: {id: CartPole-v1}
+      stop: {timesteps: 1000}
+    """
+)
+
+
+def kuberl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kuberl.cli", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "experiment.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def assert_refused(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr
+
+
+CASES = {
+    "typo": (GOOD + "  rolouts: {workers: 1}\n", ["error: spec.rolouts: unknown field (did you mean 'rollouts'?)"]),
+    "bad-yaml": (GOOD.replace("algorithm: ppo", "algorithm: ppo: x"), ["invalid YAML at line 5"]),
+    "api-version": (GOOD.replace("v1alpha1", "v2"), ["error: apiVersion: must be 'kuberl.io/v1alpha1'"]),
+    "kind": (GOOD.replace("kind: RLExperiment", "kind: Pod"), ["error: kind: must be 'RLExperiment'"]),
+    "algorithm": (GOOD.replace("algorithm: ppo", "algorithm: sac"), ["error: spec.algorithm: must be one of"]),
+    "range": (GOOD + "  rollouts: {workers: -1}\n", ["error: spec.rollouts.workers: must be >= 0"]),
+    "unknown-env": (GOOD.replace("CartPole-v1", "CartPoel-v1"), ["error: spec.env.id:", "CartPoel-v1"]),
+    "bad-module": (GOOD.replace("CartPole-v1", "no_such_pkg.envs:Thing"), ["error: spec.env.id:", "no_such_pkg"]),
+    "dqn-continuous": (
+        GOOD.replace("algorithm: ppo", "algorithm: dqn").replace("CartPole-v1", "Pendulum-v1"),
+        ["error: spec.env.id:", "needs Discrete actions"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_validate_refuses_bad_input(tmp_path, case):
+    text, fragments = CASES[case]
+    assert_refused(kuberl("validate", "-f", write(tmp_path, text)), *fragments)
+
+
+def test_train_refuses_before_starting_anything(tmp_path):
+    text, fragments = CASES["unknown-env"]
+    proc = kuberl("train", "-f", write(tmp_path, text), "--storage", f"file://{tmp_path}/runs")
+    assert_refused(proc, *fragments)
+    assert not (tmp_path / "runs").exists(), "nothing may be written for a refused manifest"
+
+
+def test_set_override_errors_name_the_field(tmp_path):
+    proc = kuberl("validate", "-f", write(tmp_path, GOOD), "--set", "rollouts.envsPerWorker=0")
+    assert_refused(proc, "error: spec.rollouts.envsPerWorker: must be >= 1")
+
+
+def test_missing_file(tmp_path):
+    assert_refused(kuberl("validate", "-f", str(tmp_path / "nope.yaml")), "nope.yaml: no such file")
+
+
+def test_valid_manifest(tmp_path):
+    proc = kuberl("validate", "-f", write(tmp_path, GOOD))
+    assert proc.returncode == 0, proc.stderr
+    assert "valid ppo experiment 'cli-test' on CartPole-v1" in proc.stdout
+
+
+def test_help_lists_the_commands():
+    proc = kuberl("--help")
+    assert proc.returncode == 0
+    for command in ("train", "validate", "evaluate", "traces", "operator"):
+        assert command in proc.stdout
