@@ -226,3 +226,16 @@ def test_kind_manifests_are_valid_kubernetes():
     assert {d["kind"] for d in docs} == {"Deployment", "Service", "Job"}
     for doc in docs:
         kubernetes_validate.validate(doc, "1.35.0", strict=True)
+
+
+def test_images_write_nothing_outside_tmp_when_the_root_filesystem_is_read_only():
+    from kuberl.operator.builders.pod import _container_security
+
+    assert _container_security()["readOnlyRootFilesystem"] is True
+    chart_values = yaml.safe_load((ROOT / "charts" / "kuberl" / "values.yaml").read_text())
+    assert chart_values["securityContext"]["readOnlyRootFilesystem"] is True
+    for path in IMAGES.glob("*.Dockerfile"):
+        env = " ".join(arg for keyword, arg in final_stage(path) if keyword == "ENV")
+        assert "HOME=/tmp" in env, path.name
+        if path.name.startswith("trainer"):
+            assert "XDG_CACHE_HOME=/tmp/" in env and "MPLCONFIGDIR=/tmp/" in env, path.name
