@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from kuberl.trainer.device import learner_device
+from kuberl.trainer.device import configure_cpu_threads, learner_device
 from kuberl.trainer.envs import env_spaces, make_env
 from kuberl.trainer.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.rollout import SampleBatch, WorkerConfig, WorkerSet
@@ -72,6 +72,7 @@ class Algorithm:
         self.return_window: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.np_random = seed_everything(self.params.seed)
         self.device = learner_device(self.spec.learner.gpus)
+        configure_cpu_threads()
         spaces = env_spaces(self.spec.env.id, self.spec.env.config)
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
