@@ -256,3 +256,12 @@ def test_settings_from_env_and_their_errors():
         Settings.from_env({"KUBERL_DEFAULT_HEAD_MEMORY": "lots"})
     with pytest.raises(SettingsError, match="KUBERL_STATUS_POLL_SECONDS"):
         Settings.from_env({"KUBERL_STATUS_POLL_SECONDS": "soon"})
+
+
+def test_watch_scope_flags_win_over_the_environment():
+    from kuberl.operator.main import watch_scope
+
+    assert watch_scope([], True, ("a",)) == (True, [])
+    assert watch_scope(["x"], False, ("a",)) == (False, ["x"])
+    assert watch_scope([], False, ("a", "b")) == (False, ["a", "b"])
+    assert watch_scope([], False, ()) == (True, [])
