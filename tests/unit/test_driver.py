@@ -8,7 +8,6 @@ import urllib.request
 import pytest
 
 from kuberl.api.types import StopSpec
-from kuberl.api.validation import ManifestError, load_manifest
 from kuberl.trainer import metrics
 from kuberl.trainer.driver import (
     EXIT_FAILED,
@@ -17,7 +16,6 @@ from kuberl.trainer.driver import (
     EXIT_TERMINATED,
     LiveStatus,
     Summary,
-    _check_resumable,
     _write_termination_log,
     progress_line,
     stop_reason,
@@ -62,26 +60,6 @@ def test_exit_codes():
     assert Summary("InvalidSpec", "", "").exit_code == EXIT_INVALID
     assert Summary("Terminated", "", "").exit_code == EXIT_TERMINATED
     assert Summary("Failed", "", "").exit_code == EXIT_FAILED
-
-
-MANIFEST = """\
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {name: run}
-spec: {algorithm: ppo, env: {id: CartPole-v1}, stop: {iterations: 1}}
-"""
-
-
-def test_a_run_of_another_algorithm_cannot_resume():
-    experiment = load_manifest(MANIFEST)
-    previous = MANIFEST.replace("algorithm: ppo", "algorithm: dqn")
-    with pytest.raises(ManifestError) as info:
-        _check_resumable(previous, experiment, "file:///runs/run")
-    [error] = info.value.errors
-    assert error.path == "spec.algorithm"
-    assert "'dqn'" in error.message and "--fresh" in error.message
-    _check_resumable(MANIFEST, experiment, "file:///runs/run")  # same spec: fine
-    _check_resumable(None, experiment, "file:///runs/run")  # nothing there: fine
 
 
 def test_termination_log_is_json_and_bounded(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import yaml
 
 from kuberl.api.types import RLExperiment, StopSpec
-from kuberl.api.validation import ManifestError, fail
+from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
 
 EXIT_OK = 0
@@ -171,48 +171,28 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     """The run's store, creating a fresh run directory when asked. Raises StorageError, ManifestError."""
     from kuberl.trainer.storage import open_store
     from kuberl.trainer.storage.checkpoints import latest_checkpoint
-    from kuberl.trainer.storage.run import RunStorage, run_root_uri
+    from kuberl.trainer.storage.run import RunStorage, fresh_run_root_uri, run_root_uri
 
     spec = experiment.spec
     namespace = None
     if options.in_cluster:
         namespace = os.environ.get("KUBERL_EXPERIMENT_NAMESPACE") or experiment.metadata.namespace or "default"
-    base = options.storage_uri or spec.storage.uri
-    name = experiment.name
-    root = run_root_uri(base, namespace, name)
+    root = run_root_uri(options.storage_uri or spec.storage.uri, namespace, experiment.name)
     store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
     store.check()
     if options.fresh and (store.exists("experiment.yaml") or latest_checkpoint(store) is not None):
-        name = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-        root = run_root_uri(base, namespace, name)
-        store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
-    return store, RunStorage(store)
-
-
-def _check_resumable(previous_spec_text: str | None, experiment: RLExperiment, run_uri: str) -> None:
-    if not previous_spec_text:
-        return
-    try:
-        previous = yaml.safe_load(previous_spec_text) or {}
-    except yaml.YAMLError:
-        return
-    old = previous.get("spec", {}) if isinstance(previous, dict) else {}
-    for path, old_value, new_value in (
-        ("spec.algorithm", old.get("algorithm"), experiment.spec.algorithm),
-        ("spec.env.id", (old.get("env") or {}).get("id"), experiment.spec.env.id),
-    ):
-        if old_value is not None and old_value != new_value:
-            raise fail(
-                path,
-                f"the run at {run_uri} was trained with {old_value!r}, not {new_value!r}; it cannot resume. "
-                "Use --fresh, another --storage, or another metadata.name",
-            )
+        store = open_store(fresh_run_root_uri(root), endpoint=spec.storage.endpoint, region=spec.storage.region)
+    run = RunStorage(store)
+    conflicts = run.resume_conflicts(experiment.to_manifest())
+    if conflicts:
+        raise ManifestError([FieldError(*c.split(": ", 1)) for c in conflicts])
+    return store, run
 
 
 def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
     """Train to a stop criterion; the summary says how it ended (and the process's exit code)."""
     out = options.out or sys.stdout
-    status = LiveStatus(attempt=int(os.environ.get("KUBERL_ATTEMPT", "1") or 1))
+    status = LiveStatus(attempt=int(os.environ.get("KUBERL_ATTEMPT", "0") or 0))
     server = None
     port = options.status_port
     if port is None and options.in_cluster:
@@ -253,7 +233,8 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     if errors:
         raise ManifestError(errors)
     store, run = _resolve_run(experiment, options)
-    _check_resumable(run.read_spec(), experiment, store.uri)
+    if "KUBERL_ATTEMPT" not in os.environ:
+        status.update(attempt=run.next_attempt())
 
     if options.in_cluster:
         expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
@@ -288,6 +269,7 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         for writer in writers.values():
             writer.close()
         checkpoints.close()
+        run.close()
         algo.stop()
 
 
