@@ -32,6 +32,7 @@ NAMESPACE = "kuberl-e2e"
 BUCKET = "kuberl-e2e"
 S3_SECRET = "s3-credentials"
 TRAINER_IMAGE = "kuberl.local/kuberl-trainer:e2e"
+PEERING_NAME = "kuberl"
 BIN = Path(sys.executable).parent
 
 # What every pod of the stand-in gets on top of the operator's env: one torch thread per process
@@ -105,6 +106,7 @@ class StandInCluster:
         api = api_client_from_kubeconfig(str(self.kubeconfig))
         self.runner = PodRunner(api, RunnerOptions(work_dir=self.work_dir / "pods", fixed_ports={
             STATUS_PORT: self.status_port}, extra_env=POD_ENV)).start()
+        self._create_peering(k8s.CustomObjectsApi(api))
         self._start_operator()
         self._prepare_namespace(k8s.CoreV1Api(api))
         return self
@@ -153,6 +155,11 @@ class StandInCluster:
             except OSError:
                 time.sleep(0.5)
         raise RuntimeError("the operator's /healthz did not answer in 60 s:\n" + _tail("operator", self.operator_log, 40))
+
+    def _create_peering(self, custom: k8s.CustomObjectsApi) -> None:
+        # What the chart installs: Kopf's peering object, without which an operator with peering on waits.
+        custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", {
+            "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING_NAME}})
 
     def _prepare_namespace(self, core: k8s.CoreV1Api) -> None:
         core.create_namespace({"metadata": {"name": NAMESPACE}})
