@@ -246,7 +246,14 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     algo = algorithm_config_for(experiment).build()
     termination = _Termination()
     writers: dict[str, Any] = {}
-    checkpoints = CheckpointWriter(store, keep=experiment.spec.checkpoint.keep, attempt=status.attempt)
+    from kuberl.trainer import metrics
+
+    def on_written(info) -> None:
+        metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
+        status.update(lastCheckpoint=info.uri)
+
+    checkpoints = CheckpointWriter(store, keep=experiment.spec.checkpoint.keep, attempt=status.attempt,
+                                   on_written=on_written)
     try:
         latest = latest_checkpoint(store)
         if latest is not None:
@@ -288,6 +295,8 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
 
 
 def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, run_uri) -> Summary:
+    from kuberl.trainer import metrics
+
     spec = experiment.spec
     every = spec.checkpoint.every_iterations
     tty = out.isatty() and not options.quiet
@@ -302,12 +311,10 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
             episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
             envStepsPerSecond=result.get("envStepsPerSecond", 0.0),
         )
-        _observe_metrics(result)
+        metrics.observe_result(result)
         reason = stop_reason(spec.stop, result)
         if reason is None and result["iteration"] % every == 0:
             checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
-        if checkpoints.last is not None:
-            status.update(lastCheckpoint=checkpoints.last.uri)
         if not options.quiet:
             print(("\r" if tty else "") + progress_line(result), end="" if tty else "\n", file=out, flush=True)
     if tty:
@@ -340,9 +347,3 @@ def _state(algo, spec_text: str) -> dict[str, bytes]:
     files = dict(algo.get_state())
     files["experiment.yaml"] = spec_text.encode()
     return files
-
-
-def _observe_metrics(result: dict[str, Any]) -> None:
-    from kuberl.trainer import metrics
-
-    metrics.observe_result(result)
