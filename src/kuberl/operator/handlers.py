@@ -83,7 +83,7 @@ async def reconcile(memo: kopf.Memo, namespace: str, name: str, logger: logging.
             try:
                 result = await asyncio.to_thread(
                     reconcile_pass, memo.cluster, memo.settings, namespace, name,
-                    trainer=memo.trainer.get(key), children_ready=memo.ensured.get(key) is not None)
+                    trainer=memo.trainer.get(key), ensured_generation=memo.ensured.get(key))
             except Exception:
                 metrics.RECONCILES.labels(result="error").inc()
                 raise
@@ -94,14 +94,14 @@ async def reconcile(memo: kopf.Memo, namespace: str, name: str, logger: logging.
                 _forget(memo, key)
                 return
             decision, body = result.decision, result.body
-            if decision.ensure_children:
+            if decision.ensure_children and not decision.use_running_spec:
                 memo.ensured[key] = body["metadata"].get("generation")
             memo.phases[key] = decision.status.get("phase", "Pending")
             metrics.publish_phases(memo.phases)
             for event in decision.events:
                 kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
-            if decision.acts:
-                continue
+            if decision.delete_pods and not (decision.create_head or decision.create_workers):
+                continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
             if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
                 await asyncio.sleep(decision.requeue_after)
                 continue

@@ -121,8 +121,10 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: str, *,
-                   trainer: dict[str, Any] | None, children_ready: bool,
+                   trainer: dict[str, Any] | None, ensured_generation: int | None,
                    now: datetime.datetime | None = None) -> PassResult | None:
+    """Observe, decide, apply. `ensured_generation`: the generation whose children (ConfigMap included)
+    this operator process already wrote, so that a pass can skip re-reading and re-creating them."""
     body = cluster.experiment(namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # deleted: the garbage collector removes the children
@@ -135,10 +137,14 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     live_pods = any(not p.deleting for p in pods)
     terminal = previous.get("phase") in TERMINAL_PHASES
 
-    running_spec = _running_spec(cluster, namespace, name) if resolved and live_pods and not terminal else None
+    generation = int(meta.get("generation") or 1)
+    children_ready = ensured_generation == generation
+    # The ConfigMap holds the spec the pods run; it can differ from the asked one only after a spec change.
+    check_running = resolved is not None and live_pods and not terminal and not children_ready
+    running_spec = _running_spec(cluster, namespace, name) if check_running else None
     desired_spec = resolved.spec.to_manifest() if resolved else {}
     observation = Observation(
-        generation=int(meta.get("generation") or 1), now=now, previous=previous, spec_errors=errors,
+        generation=generation, now=now, previous=previous, spec_errors=errors,
         replicas=resolved.spec.workers.replicas if resolved else 0,
         backoff_limit=resolved.spec.backoff_limit if resolved else 0,
         suspend=resolved.spec.suspend if resolved else False,

@@ -1,0 +1,172 @@
+"""Operator benchmark: apply N RLExperiments to the API emulator, time apply -> all children created.
+
+Runs the emulator and the operator as separate processes (as in a cluster), applies the
+experiments over HTTP, and watches the API for the children (head and worker pods, ConfigMap,
+Service, Secret, NetworkPolicy). Prints p50/p99/max latency and the operator's RSS.
+Targets (issue 5): p99 < 1 s, RSS < 150 MB.
+
+    .venv/bin/python bench/operator.py --experiments 100 --workers 2
+"""
+
+from __future__ import annotations
+
+import sys
+
+# Run as `python bench/operator.py`, this file's folder comes first on sys.path and the file itself would
+# shadow the standard `operator` module that asyncio and collections import: drop that entry first.
+if __name__ == "__main__" and sys.path and sys.path[0].rstrip("/").endswith("bench"):
+    del sys.path[0]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import aiohttp  # noqa: E402
+
+NAMESPACE = "bench"
+CHILD_KINDS = {
+    "pods": "/api/v1/namespaces/{ns}/pods",
+    "configmaps": "/api/v1/namespaces/{ns}/configmaps",
+    "services": "/api/v1/namespaces/{ns}/services",
+    "secrets": "/api/v1/namespaces/{ns}/secrets",
+    "networkpolicies": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+}
+
+
+def experiment(name: str, workers: int) -> dict:
+    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": name},
+            "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 100000},
+                     "storage": {"uri": "s3://bench-bucket/runs"}, "workers": {"replicas": workers}}}
+
+
+def expected_children(name: str, workers: int) -> set[tuple[str, str]]:
+    pods = {("pods", f"{name}-head")} | {("pods", f"{name}-worker-{i}") for i in range(workers)}
+    return pods | {("configmaps", f"{name}-config"), ("services", f"{name}-head"),
+                   ("secrets", f"{name}-ray-token"), ("networkpolicies", f"{name}-ray")}
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(current RSS, peak RSS) of a process in MB, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],
+                         ready: asyncio.Event) -> None:
+    async def one(kind: str, path: str) -> None:
+        async with session.get(path.format(ns=NAMESPACE), params={"watch": "true"},
+                               timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            ready.set()
+            async for line in resp.content:
+                if line.strip():
+                    event = json.loads(line)
+                    if event["type"] == "ADDED":
+                        seen.setdefault((kind, event["object"]["metadata"]["name"]), time.perf_counter())
+
+    await asyncio.gather(*(one(kind, path) for kind, path in CHILD_KINDS.items()))
+
+
+async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, workers: int, interval: float,
+                    timeout: float) -> dict:
+    seen: dict[tuple[str, str], float] = {}
+    applied: dict[str, float] = {}
+    async with aiohttp.ClientSession(url) as session:
+        ready = asyncio.Event()
+        watcher = asyncio.create_task(watch_children(session, seen, ready))
+        await ready.wait()
+        await asyncio.sleep(0.5)
+        rss_before, _ = rss_mb(operator_pid)
+        cpu_before = cpu_seconds(operator_pid), cpu_seconds(emulator_pid)
+
+        async def apply(i: int) -> None:
+            name = f"exp-{i:04d}"
+            async with session.post(f"/apis/kuberl.io/v1alpha1/namespaces/{NAMESPACE}/rlexperiments",
+                                    json=experiment(name, workers)) as resp:
+                assert resp.status == 201, await resp.text()
+            applied[name] = time.perf_counter()
+
+        started = time.perf_counter()
+        tasks = []
+        for i in range(count):
+            tasks.append(asyncio.create_task(apply(i)))
+            if interval:
+                await asyncio.sleep(interval)
+        await asyncio.gather(*tasks)
+        deadline = time.perf_counter() + timeout
+        wanted = {name: expected_children(name, workers) for name in applied}
+        while time.perf_counter() < deadline and not all(w <= seen.keys() for w in wanted.values()):
+            await asyncio.sleep(0.05)
+        total = time.perf_counter() - started
+        rss_after, rss_peak = rss_mb(operator_pid)
+        cpu_operator = cpu_seconds(operator_pid) - cpu_before[0]
+        cpu_emulator = cpu_seconds(emulator_pid) - cpu_before[1]
+        watcher.cancel()
+    latencies = sorted(max(seen[c] for c in wanted[name]) - applied[name]
+                       for name in applied if wanted[name] <= seen.keys())
+    done = len(latencies)
+    quantile = statistics.quantiles(latencies, n=100, method="inclusive") if done >= 2 else latencies * 99
+    return {"experiments": count, "workers_each": workers, "complete": done, "total_seconds": round(total, 2),
+            "p50_seconds": round(quantile[49], 3) if done else None,
+            "p99_seconds": round(quantile[98], 3) if done else None,
+            "max_seconds": round(latencies[-1], 3) if done else None,
+            "operator_rss_mb_before": round(rss_before, 1), "operator_rss_mb_after": round(rss_after, 1),
+            "operator_rss_mb_peak": round(rss_peak, 1), "operator_cpu_seconds": round(cpu_operator, 2),
+            "emulator_cpu_seconds": round(cpu_emulator, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--experiments", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2, help="worker pods per experiment")
+    parser.add_argument("--interval", type=float, default=0.0, help="seconds between applies (0: one burst)")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kuberl-bench-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        emulator = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig",
+                                     str(kubeconfig)], stdout=subprocess.PIPE, text=True)
+        operator = None
+        try:
+            url = emulator.stdout.readline().strip()
+            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERL_LISTEN_HOST": "127.0.0.1",
+                   "KUBERL_PEERING": "off", "KUBERL_STATUS_POLL_SECONDS": "30"}
+            log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115
+            operator = subprocess.Popen([sys.executable, "-m", "kuberl.operator", "--namespace", NAMESPACE,
+                                         "--metrics-port", "0", "--health-port", "0"],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+            time.sleep(3.0)  # operator start-up (imports, login, first watches)
+            figures = asyncio.run(run_bench(url, operator.pid, emulator.pid, args.experiments, args.workers, args.interval,
+                                            args.timeout))
+        finally:
+            for proc in (operator, emulator):
+                if proc is not None:
+                    proc.terminate()
+                    proc.wait(30)
+    print(f"operator bench: {figures['experiments']} experiments x (head + {figures['workers_each']} workers "
+          f"+ 4 objects), {figures['complete']} complete in {figures['total_seconds']} s")
+    print(f"  apply -> all children created: p50 {figures['p50_seconds']} s, p99 {figures['p99_seconds']} s, "
+          f"max {figures['max_seconds']} s  (target p99 < 1 s)")
+    print(f"  operator RSS: {figures['operator_rss_mb_before']} MB idle, {figures['operator_rss_mb_after']} MB "
+          f"after, {figures['operator_rss_mb_peak']} MB peak  (target < 150 MB)")
+    print(f"  CPU during the run: operator {figures['operator_cpu_seconds']} s, "
+          f"emulator {figures['emulator_cpu_seconds']} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0 if figures["complete"] == figures["experiments"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
