@@ -260,3 +260,9 @@ def test_pod_state_reads_a_pod_body():
     waiting = pod_state({"metadata": {"name": "e-head", "labels": {"kuberl.io/role": "head"}},
                          "status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}})
     assert waiting.waiting_reason == "ErrImagePull" and waiting.phase == "Pending" and waiting.termination is None
+
+
+def test_long_messages_are_capped():
+    d = decide(obs(spec_errors=("spec.env.id: " + "x" * 5000,)))
+    assert len(d.status["message"]) <= 1024 and d.status["message"].endswith("...")
+    assert all(len(c["message"]) <= 1024 for c in d.status["conditions"])

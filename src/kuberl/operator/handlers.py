@@ -126,6 +126,7 @@ async def experiment_changed(name: str, namespace: str, memo: kopf.Memo, logger:
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 async def experiment_deleted(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     _forget(memo, (namespace, name))  # ownerReferences make the children go with it
+    memo.locks.pop((namespace, name), None)
 
 
 @kopf.on.event("", "v1", "pods", labels={APP_LABEL: "kuberl", ROLE_LABEL: kopf.PRESENT})

@@ -23,6 +23,7 @@ EXIT_INVALID_SPEC = 2
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
 CONDITION_TYPES = ("Ready", "Succeeded", "Reconciling", "Stalled")
+MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trainer or a spec error says
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
@@ -244,6 +245,7 @@ def _finish(decision: Decision, obs: Observation, phase: str, reason: str, messa
             ready: bool = False) -> Decision:
     prev_phase = obs.previous.get("phase")
     status = decision.status
+    message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
     status["phase"] = phase
     status["message"] = message
     status["conditions"] = _conditions_for(phase, reason, message, ready, obs)

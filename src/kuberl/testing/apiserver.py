@@ -349,6 +349,11 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
 
     # -- request dispatch --
 
+    async def _serve_version(self, request: kmock.Request) -> dict[str, Any]:
+        body = await super()._serve_version(request)
+        body["groupVersion"] = body["groupVersion"].lstrip("/")  # the core group is "v1", not "/v1"
+        return body
+
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         # KMock 0.8's path parser fails on the namespace collection itself (/api/v1/namespaces).
         if raw_request.path.rstrip("/") == "/api/v1/namespaces":
