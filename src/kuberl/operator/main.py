@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+PEERING_NAME = "kuberl"
+
 
 def watch_scope(namespaces: list[str], all_namespaces: bool, env_namespaces: tuple[str, ...]) -> tuple[bool, list[str]]:
     """(clusterwide, namespaces): flags win over KUBERL_WATCH_NAMESPACES; nothing at all means every namespace."""
@@ -37,14 +39,15 @@ def run_operator(namespaces: list[str] | None = None, all_namespaces: bool = Fal
     kopf.configure(verbose=os.environ.get("KUBERL_LOG_LEVEL", "").lower() == "debug")
     if metrics_port:
         start_http_server(metrics_port, addr=host, registry=REGISTRY)
-    # Peering keeps two operators from serving one experiment (Kopf has no leader election). A name in
-    # KUBERL_PEERING_NAME makes it mandatory; without one Kopf peers when its peering CRD is installed.
-    peering_name = os.environ.get("KUBERL_PEERING_NAME") or None
+    # Peering keeps two operators from serving one experiment (Kopf has no leader election). The named
+    # peering is mandatory: Kopf pauses until its KopfPeering/ClusterKopfPeering object exists (the chart
+    # creates it); KUBERL_PEERING=off runs standalone instead.
+    peering_name = os.environ.get("KUBERL_PEERING_NAME") or PEERING_NAME
     kopf.run(
         clusterwide=clusterwide,
         namespaces=chosen,
         standalone=standalone,
-        **({"peering_name": peering_name} if peering_name and not standalone else {}),
+        **({} if standalone else {"peering_name": peering_name}),
         liveness_endpoint=f"http://{host}:{health_port}/healthz" if health_port else None,
     )
 
