@@ -41,7 +41,7 @@ class PPOParams(CommonParams):
 
 
 class DQNParams(CommonParams):
-    lr: float = Field(5e-4, gt=0, le=1.0)
+    lr: float = Field(1e-3, gt=0, le=1.0)
     activation: Literal["tanh", "relu"] = "relu"
     hidden: list[int] = Field(default_factory=lambda: [128, 128], min_length=1, max_length=8)
     grad_clip: float | None = Field(10.0, gt=0)
@@ -53,10 +53,10 @@ class DQNParams(CommonParams):
     replay_ratio: float = Field(
         0.25, gt=0, description="Learner updates per env step (times train_batch_size samples per update)."
     )
-    target_update_interval: int = Field(500, ge=1, description="Learner updates between target-network syncs.")
+    target_update_interval: int = Field(200, ge=1, description="Learner updates between target-network syncs.")
     epsilon_start: float = Field(1.0, ge=0, le=1)
     epsilon_end: float = Field(0.02, ge=0, le=1)
-    epsilon_timesteps: int = Field(20_000, ge=1)
+    epsilon_timesteps: int = Field(10_000, ge=1)
     priority_alpha: float = Field(0.6, ge=0, le=1)
     priority_beta: float = Field(0.4, ge=0, le=1)
     priority_beta_timesteps: int = Field(100_000, ge=1, description="Anneal beta to 1 over this many env steps.")
