@@ -93,7 +93,7 @@ def assert_results_monotonic(store: S3Store) -> list[dict]:
 
 def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
-    path.write_text(manifest("outage", s3_bucket, s3.endpoint, "{timeSeconds: 50}", every=2))
+    path.write_text(manifest("outage", s3_bucket, s3.endpoint, "{timeSeconds: 40}", every=2))
     store = S3Store(f"s3://{s3_bucket}/runs/outage", endpoint=s3.endpoint)
     trainer = Trainer(path, s3.env())
     try:
@@ -113,6 +113,16 @@ def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, t
     assert final.iteration > before + 2 and final.iteration == results[-1]["iteration"]
     assert any(r["iteration"] > seen_at_stop for r in results)
     assert len(list(read_traces(store))) >= results[-1]["episodes"]
+
+    # The run reads back from S3 like a local one: `kuberl traces` and `kuberl evaluate`.
+    from kuberl.trainer.evaluate import evaluate_checkpoint
+    from kuberl.trainer.traces_report import report
+
+    text = report(store.uri, endpoint=s3.endpoint, png_path=tmp_path / "curve.png")
+    assert f"results: {len(results)} iterations" in text
+    assert (tmp_path / "curve.png").stat().st_size > 1000
+    evaluation = evaluate_checkpoint(final.uri, episodes=2, endpoint=s3.endpoint)
+    assert f"checkpoint {final.uri} (iteration {final.iteration}" in evaluation
 
 
 def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
