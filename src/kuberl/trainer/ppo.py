@@ -114,7 +114,7 @@ class PPO(Algorithm):
     def setup(self) -> None:
         p = self.params
         self.model = ActorCritic(self.observation_space, self.action_space, p.hidden, p.activation).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.lr, eps=1e-5, foreach=True)
         if p.anneal_lr and self.spec.stop.timesteps is None:
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
                           RuntimeWarning, stacklevel=2)
@@ -176,14 +176,15 @@ class PPO(Algorithm):
         p = self.params
         actor = self.model.actor
         size = len(batch["obs"])
-        minibatch = min(p.minibatch_size, size)
+        # Reset steps make the batch a few rows short of envs x fragment; split it into about
+        # size / minibatch_size near-equal minibatches so no row is dropped.
+        num_minibatches = max(1, round(size / p.minibatch_size))
         totals = {"policyLoss": 0.0, "valueLoss": 0.0, "entropy": 0.0, "approxKl": 0.0, "clipFraction": 0.0}
         updates = 0
         epochs_done = 0
         for _epoch in range(p.num_epochs):
             order = torch.as_tensor(self.np_random.permutation(size), device=self.device)
-            for start in range(0, size - minibatch + 1, minibatch):
-                idx = order[start:start + minibatch]
+            for idx in torch.tensor_split(order, num_minibatches):
                 dist = actor.distribution(batch["obs"][idx])
                 advantages = batch["advantages"][idx]
                 if p.normalize_advantages and len(idx) > 1:

@@ -1,0 +1,176 @@
+"""kuberl PPO vs RLlib 2.60 PPO on CartPole-v1: wall time and env steps to a return mean of 450.
+
+    make bench-deps                      # RLlib 2.60 into .venv-rllib (never a kuberl dependency)
+    .venv/bin/python bench/cartpole.py   # both, their ratios; --kuberl-only skips RLlib
+
+kuberl runs in this process with its PPO defaults (workers=0, the fast path).
+RLlib runs as a subprocess of .venv-rllib's python with its new API stack
+defaults for PPO, on a local Ray bound to 127.0.0.2, capped at --rllib-timeout
+seconds. Both clocks start at the first train() call (startup is reported
+apart); both return means are over the last 100 episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RLLIB_SCRIPT = r'''
+import json, sys, time
+target, cap, seed = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+started = time.perf_counter()
+import ray
+from ray.rllib.algorithms.ppo import PPOConfig
+ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False)
+algo = PPOConfig().environment("CartPole-v1").debugging(seed=seed).build_algo()
+startup = time.perf_counter() - started
+t0 = time.perf_counter()
+steps, ret = 0, None
+while True:
+    result = algo.train()
+    runners = result.get("env_runners", {})
+    ret = runners.get("episode_return_mean")
+    steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps
+    elapsed = time.perf_counter() - t0
+    print(json.dumps({"progress": True, "timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}), flush=True)
+    if (ret is not None and ret >= target) or elapsed > cap:
+        break
+print(json.dumps({"reached": ret is not None and ret >= target, "timeSeconds": elapsed, "timesteps": steps,
+                  "episodeReturnMean": ret, "envStepsPerSecond": steps / elapsed, "startupSeconds": startup}),
+      flush=True)
+algo.stop()
+ray.shutdown()
+'''
+
+
+def run_kuberl(target: float, seed: int, cap_seconds: float, workers: int) -> dict[str, Any]:
+    from kuberl.trainer.ppo import PPOConfig
+
+    started = time.perf_counter()
+    algo = PPOConfig().environment("CartPole-v1").rollouts(workers=workers).debugging(seed=seed).build()
+    startup = time.perf_counter() - started
+    sample_seconds = 0.0
+    t0 = time.perf_counter()
+    try:
+        while True:
+            result = algo.train()
+            sample_seconds += result["sampler"]["sampleSeconds"]
+            elapsed = time.perf_counter() - t0
+            mean = result["episodeReturnMean"]
+            if (mean is not None and mean >= target and result["episodes"] >= 100) or elapsed > cap_seconds:
+                break
+    finally:
+        algo.stop()
+    return {
+        "reached": mean is not None and mean >= target,
+        "timeSeconds": elapsed,
+        "timesteps": result["timesteps"],
+        "episodeReturnMean": mean,
+        "envStepsPerSecond": result["timesteps"] / elapsed,
+        "samplingStepsPerSecond": result["timesteps"] / sample_seconds,
+        "startupSeconds": startup,
+    }
+
+
+def kuberl_sampling_throughput(seconds: float, envs: int, fragment: int) -> float:
+    """Env steps/s of a workers=0 rollout worker alone (PPO's numpy policy, no learning)."""
+    from kuberl.trainer.ppo import PPOConfig
+
+    algo = PPOConfig().environment("CartPole-v1").rollouts(envs_per_worker=envs, fragment_length=fragment).build()
+    try:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            steps += sum(batch.env_steps for batch in algo.workers.sample())
+        return steps / (time.perf_counter() - t0)
+    finally:
+        algo.stop()
+
+
+def run_rllib(python: Path, target: float, seed: int, cap_seconds: float) -> dict[str, Any]:
+    if not python.exists():
+        return {"error": f"{python} not found: run `make bench-deps` first"}
+    with tempfile.NamedTemporaryFile("w", suffix="_rllib_cartpole.py", delete=False) as script:
+        script.write(RLLIB_SCRIPT)
+    try:
+        proc = subprocess.run(
+            [str(python), script.name, str(target), str(cap_seconds), str(seed)],
+            capture_output=True, text=True, timeout=cap_seconds + 240, cwd=tempfile.gettempdir(),
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"RLlib did not finish within {cap_seconds + 240:.0f} s"}
+    finally:
+        Path(script.name).unlink(missing_ok=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    final = [line for line in lines if "reached" in line]
+    if not final:
+        return {"error": f"RLlib exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
+    return final[-1]
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3f}" if a and b else "n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=float, default=450.0)
+    parser.add_argument("--seeds", default="1,2,3", help="kuberl seeds; the median run is compared")
+    parser.add_argument("--workers", type=int, default=0, help="kuberl rollouts.workers")
+    parser.add_argument("--kuberl-timeout", type=float, default=120.0)
+    parser.add_argument("--kuberl-only", action="store_true")
+    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--rllib-timeout", type=float, default=300.0)
+    parser.add_argument("--rllib-seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        run = run_kuberl(args.target, seed, args.kuberl_timeout, args.workers)
+        runs.append(run)
+        print(f"kuberl seed {seed}: {'reached' if run['reached'] else 'NOT reached'} {args.target:g} in "
+              f"{run['timeSeconds']:.1f} s, {run['timesteps']} env steps, {run['envStepsPerSecond']:.0f} steps/s "
+              f"(sampling {run['samplingStepsPerSecond']:.0f}/s), startup {run['startupSeconds']:.1f} s", flush=True)
+    median_time = statistics.median(r["timeSeconds"] if r["reached"] else float("inf") for r in runs)
+    median_steps = statistics.median(r["timesteps"] if r["reached"] else float("inf") for r in runs)
+    sampling = kuberl_sampling_throughput(5.0, envs=16, fragment=64)
+    print(f"kuberl median: {median_time:.1f} s, {median_steps:.0f} env steps to {args.target:g}; "
+          f"sampling alone {sampling:.0f} env steps/s", flush=True)
+    report: dict[str, Any] = {"kuberl": {"runs": runs, "medianTimeSeconds": median_time,
+                                         "medianTimesteps": median_steps, "samplingStepsPerSecond": sampling}}
+    if not args.kuberl_only:
+        rllib = run_rllib(args.rllib_python, args.target, args.rllib_seed, args.rllib_timeout)
+        report["rllib"] = rllib
+        if "error" in rllib:
+            print(f"RLlib: {rllib['error']}", flush=True)
+        else:
+            print(f"RLlib: {'reached' if rllib['reached'] else 'NOT reached'} {args.target:g} in "
+                  f"{rllib['timeSeconds']:.1f} s, {rllib['timesteps']} env steps, "
+                  f"{rllib['envStepsPerSecond']:.0f} steps/s, startup {rllib['startupSeconds']:.1f} s", flush=True)
+            time_ratio = median_time / rllib["timeSeconds"] if rllib["reached"] else None
+            report["ratios"] = {
+                "wallTimeKuberlOverRllib": time_ratio,
+                "samplingKuberlOverRllib": sampling / rllib["envStepsPerSecond"],
+                "trainingStepsPerSecondKuberlOverRllib":
+                    statistics.median(r["envStepsPerSecond"] for r in runs) / rllib["envStepsPerSecond"],
+            }
+            print(f"wall time to {args.target:g}, kuberl / RLlib: {ratio(median_time, rllib['timeSeconds'])} "
+                  f"(target <= 0.25)" if rllib["reached"] else "wall time ratio: n/a (RLlib did not reach it)")
+            print(f"sampling env steps/s, kuberl / RLlib: {report['ratios']['samplingKuberlOverRllib']:.1f}x "
+                  f"(target >= 10x); training steps/s: {report['ratios']['trainingStepsPerSecondKuberlOverRllib']:.1f}x")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
