@@ -132,6 +132,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between applies (0: one burst)")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
+    parser.add_argument("--profile", metavar="PATH", help="run the operator under cProfile, stats to PATH")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kuberl-bench-") as tmp:
@@ -144,7 +145,8 @@ def main() -> int:
             env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERL_LISTEN_HOST": "127.0.0.1",
                    "KUBERL_PEERING": "off", "KUBERL_STATUS_POLL_SECONDS": "30"}
             log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115
-            operator = subprocess.Popen([sys.executable, "-m", "kuberl.operator", "--namespace", NAMESPACE,
+            profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+            operator = subprocess.Popen([sys.executable, *profile, "-m", "kuberl.operator", "--namespace", NAMESPACE,
                                          "--metrics-port", "0", "--health-port", "0"],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
             time.sleep(3.0)  # operator start-up (imports, login, first watches)

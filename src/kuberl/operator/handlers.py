@@ -130,11 +130,13 @@ async def experiment_deleted(name: str, namespace: str, memo: kopf.Memo, **_: An
 
 
 @kopf.on.event("", "v1", "pods", labels={APP_LABEL: "kuberl", ROLE_LABEL: kopf.PRESENT})
-async def pod_changed(body: kopf.Body, namespace: str, memo: kopf.Memo, logger: logging.Logger,
-                      **_: Any) -> None:
+async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo: kopf.Memo,
+                      logger: logging.Logger, **_: Any) -> None:
     experiment = experiment_of_pod(dict(body))
     if experiment is None:
         return
+    if event.get("type") == "ADDED" and not body.get("status", {}).get("containerStatuses"):
+        return  # the operator's own fresh pod: nothing to decide until the kubelet reports on it
     if body.get("metadata", {}).get("labels", {}).get(ROLE_LABEL) == "head":
         memo.head_ips[(namespace, experiment)] = body.get("status", {}).get("podIP")
     await reconcile(memo, namespace, experiment, logger)
