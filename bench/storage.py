@@ -1,7 +1,7 @@
 """Checkpoint write throughput against raw boto3 upload_file, on one moto S3 server, in one run.
 
-    .venv/bin/python bench/storage.py            # 10 MB and 100 MB states
-    .venv/bin/python bench/storage.py --large    # also 1 GB (needs ~4 GB of free memory)
+    .venv/bin/python -P bench/storage.py            # 10 MB and 100 MB states
+    .venv/bin/python -P bench/storage.py --large    # also 1 GB (needs ~4 GB of free memory)
 
 For each size: the raw baseline uploads a file of that size with boto3's
 `upload_file` (default transfer settings); kuberl writes a checkpoint holding
@@ -15,36 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from kuberl.testing.s3server import DEFAULT_CREDENTIALS, S3ServerProcess
+
 MB = 1_000_000
-
-
-def start_server() -> tuple[subprocess.Popen, str, dict[str, str]]:
-    from kuberl.testing.s3server import DEFAULT_CREDENTIALS, free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kuberl.testing.s3server", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(endpoint, timeout=1)  # noqa: S310 - loopback only
-            break
-        except OSError as e:
-            if getattr(e, "code", None):  # any HTTP answer means it is up
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("moto server did not start") from e
-            time.sleep(0.2)
-    return proc, endpoint, dict(DEFAULT_CREDENTIALS)
 
 
 def measure_interleaved(first, second, repeats: int) -> tuple[float, float]:
@@ -65,8 +42,9 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [10 * MB, 100 * MB] + ([1000 * MB] if args.large else [])
 
-    proc, endpoint, creds = start_server()
-    os.environ.update(creds)
+    server = S3ServerProcess().start()
+    endpoint = server.endpoint
+    os.environ.update(DEFAULT_CREDENTIALS)
     try:
         import boto3
 
@@ -96,8 +74,7 @@ def main() -> None:
                 del data
                 path.unlink()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.stop()
 
 
 if __name__ == "__main__":

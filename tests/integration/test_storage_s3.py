@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.testing.s3server import S3Server
+from kuberl.testing.s3server import S3Server, S3ServerProcess
 from kuberl.trainer.storage import NotFound, StorageError, open_store
 from kuberl.trainer.storage.checkpoints import (
     CheckpointWriter,
@@ -87,6 +87,16 @@ def test_check_names_the_uri_for_errors_no_retry_fixes(s3: S3Server) -> None:
     with pytest.raises(StorageError, match=r"s3://b/p: cannot reach the S3 endpoint at http://127\.0\.0\.1"):
         S3Store("s3://b/p", endpoint=dead).check()
     assert time.monotonic() - started < 20
+
+
+def test_access_denied_is_a_clear_error(s3: S3Server) -> None:
+    # A second server that checks credentials (moto knows no user "testing"): every request is refused.
+    with S3ServerProcess(extra_env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as strict:
+        store = S3Store("s3://locked/p", endpoint=strict.endpoint)
+        with pytest.raises(StorageError, match=r"storage s3://locked/p: access denied to bucket 'locked'"):
+            store.check()
+        with pytest.raises(StorageError, match="s3://locked/p/k"):
+            store.put_bytes("k", b"v")
 
 
 def test_no_credentials_is_a_clear_error(s3: S3Server, s3_bucket: str, monkeypatch, tmp_path) -> None:

@@ -16,8 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 DEFAULT_CREDENTIALS = {
@@ -159,17 +163,65 @@ class S3Server:
         self.stop()
 
 
-def main() -> None:
-    """`python -m kuberl.testing.s3server [PORT]`: serve until interrupted (for manual runs)."""
-    import sys
-    import time
+class S3ServerProcess:
+    """The same server in a child process: its own GIL (benchmarks), or its own settings
+    through `extra_env` (e.g. INITIAL_NO_AUTH_ACTION_COUNT=0 makes moto check credentials).
+    Data does not survive stop()."""
 
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.extra_env = extra_env or {}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {**DEFAULT_CREDENTIALS, "AWS_ENDPOINT_URL_S3": self.endpoint}
+
+    def start(self, timeout: float = 60.0) -> S3ServerProcess:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "kuberl.testing.s3server", str(self.port)],
+            env={**os.environ, **self.extra_env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1):
+                return self
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"moto S3 server did not start on {self.endpoint}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=10)
+        self._proc = None
+
+    def __enter__(self) -> S3ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    """`python -m kuberl.testing.s3server [PORT]`: serve until interrupted."""
     port = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("KUBERL_S3_PORT", "0")) or None
     with S3Server(port=port) as server:
         print(f"moto S3 at {server.endpoint} (credentials: testing/testing)", flush=True)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
+            stop.wait()
 
 
 if __name__ == "__main__":

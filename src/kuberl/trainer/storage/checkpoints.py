@@ -352,8 +352,8 @@ class CheckpointWriter:
                 self._cond.wait(remaining)
             return self.last
 
-    def close(self, timeout: float | None = None) -> CheckpointInfo | None:
-        """Finish the pending write (up to `timeout`), then stop the thread."""
+    def close(self, timeout: float | None = 60.0) -> CheckpointInfo | None:
+        """Finish the pending write (up to `timeout`: a dead store must not hang the exit), then stop."""
         last = self.wait(timeout)
         with self._cond:
             self._closed = True
