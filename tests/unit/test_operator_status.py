@@ -266,3 +266,14 @@ def test_long_messages_are_capped():
     d = decide(obs(spec_errors=("spec.env.id: " + "x" * 5000,)))
     assert len(d.status["message"]) <= 1024 and d.status["message"].endswith("...")
     assert all(len(c["message"]) <= 1024 for c in d.status["conditions"])
+
+
+def test_fixing_a_spec_the_trainer_refused_replaces_its_failed_head():
+    term = {"result": "InvalidSpec", "message": "spec.env.id: unknown"}
+    failed = decide(obs(pods=(head("Failed", exit_code=2, termination=term),),
+                        previous={"phase": "Starting", "attempt": 1})).status
+    fixed = decide(obs(generation=2, pods=(head("Failed", exit_code=2, termination=term),), previous=failed))
+    assert fixed.delete_pods == ["e-head"] and fixed.status["phase"] == "Pending"
+    assert fixed.failed_attempt == 1 and fixed.restarts == 0
+    after = decide(obs(generation=2, previous=fixed.status, failed_attempt=fixed.failed_attempt))
+    assert after.create_head == 2 and after.restarts == 0

@@ -313,7 +313,14 @@ def decide(obs: Observation) -> Decision:
     if prev_phase in TERMINAL_PHASES and not fixed_invalid_spec:
         return _terminal(decision, obs)
     if fixed_invalid_spec:
+        # A fixed spec starts afresh: the refused attempt is closed without counting as a restart.
         decision.status.pop("completionTime", None)
+        decision.failed_attempt = max(obs.failed_attempt, int(decision.status.get("attempt") or 0))
+        live = [p.name for p in obs.pods if not p.deleting]
+        if live:
+            decision.delete_pods = live
+            decision.requeue_after = 1.0
+            return _finish(decision, obs, "Pending", "SpecFixed", "removing the pods of the refused spec")
     if obs.missing_secret:
         return _fail(decision, obs, "SecretNotFound", obs.missing_secret)
     for pod in obs.pods:
