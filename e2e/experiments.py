@@ -42,11 +42,14 @@ def unique_name(prefix: str) -> str:
 
 
 def tiny_ppo(name: str, cluster: Cluster, **spec: Any) -> dict[str, Any]:
-    """CartPole PPO small enough for a 2-core machine: one Ray worker pod, one rollout actor."""
+    """CartPole PPO small enough for a 2-core machine: one Ray worker pod, one rollout actor.
+
+    `spec` is merged into the base spec, except `config`, which replaces it (it is per algorithm).
+    """
+    config = spec.pop("config", {"numEpochs": 2, "minibatchSize": 128})
     base: dict[str, Any] = {
         "algorithm": "ppo",
         "env": {"id": "CartPole-v1"},
-        "config": {"numEpochs": 2, "minibatchSize": 128},
         "rollouts": {"workers": 1, "envsPerWorker": 4, "fragmentLength": 64},
         "stop": {"timesteps": 2560},
         "checkpoint": {"everyIterations": 2, "keep": 100},
@@ -59,7 +62,8 @@ def tiny_ppo(name: str, cluster: Cluster, **spec: Any) -> dict[str, Any]:
         "backoffLimit": 2,
     }
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RLExperiment",
-            "metadata": {"name": name, "namespace": cluster.namespace}, "spec": _deep_merge(base, spec)}
+            "metadata": {"name": name, "namespace": cluster.namespace},
+            "spec": {**_deep_merge(base, spec), "config": config}}
 
 
 def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

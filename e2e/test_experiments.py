@@ -97,7 +97,7 @@ def test_a_failed_head_is_recreated_and_attempt_2_resumes_from_the_checkpoint(cl
 
 def test_an_invalid_spec_fails_at_once_with_no_pods(cluster, experiments):
     name = unique_name("invalid")
-    experiments.apply(tiny_ppo(name, cluster, algorithm="dqn", replay={"shards": 0}))
+    experiments.apply(tiny_ppo(name, cluster, algorithm="apex-dqn", config={}, replay={"shards": 0}))
     status = experiments.wait_phase(name, "Failed", timeout=60)
     stalled = experiments.condition(name, "Stalled")
     assert stalled.get("status") == "True" and stalled.get("reason") == "InvalidSpec", status
