@@ -38,7 +38,6 @@ import kmock
 import yaml
 
 MAX_EVENTS_KEPT = 20_000
-MAX_REQUESTS_KEPT = 1_000
 
 Key = tuple[str, str, str, str]  # (group, plural, namespace or "", name)
 
@@ -247,6 +246,40 @@ def field_selector_matches(selector: str, obj: dict[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """A resource request, parsed once (KMock's Request does much more than the store needs)."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    headers: dict[str, str]
+    data: Any
+    subresource: str | None
+    raw: aiohttp.web.BaseRequest
+
+
+def _resource_target(path: str) -> tuple[str, str, str | None, str | None, str | None] | None:
+    """(group, plural, namespace, name, subresource) of a resource URL; None for anything else."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, rest = "", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None  # discovery of a group version
+    if rest[0] == "namespaces" and len(rest) <= 2:  # the namespaces themselves
+        return group, "namespaces", None, rest[1] if len(rest) == 2 else None, None
+    namespace = None
+    if rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    plural, name = rest[0], rest[1] if len(rest) > 1 else None
+    sub = "/".join(rest[2:]) or None
+    return group, plural, namespace, name, sub
+
+
 def _dig(obj: dict[str, Any], path: str) -> Any:
     node: Any = obj
     for part in path.strip(".").split("."):
@@ -335,16 +368,16 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     def clear_faults(self) -> None:
         self._faults.clear()
 
-    def _injected_fault(self, request: kmock.Request) -> ApiError | None:
+    def _injected_fault(self, request: ApiCall) -> ApiError | None:
         for fault in self._faults:
             method, pattern, status, times, skip = fault
-            if times > 0 and request.method.value.upper() == method and pattern.search(request.url.path):
+            if times > 0 and request.method == method and pattern.search(request.path):
                 if skip > 0:
                     fault[4] -= 1
                     return None
                 fault[3] -= 1
                 self._fault_hits += 1
-                return ApiError(status, "InternalError", f"injected fault for {method} {request.url.path}")
+                return ApiError(status, "InternalError", f"injected fault for {method} {request.path}")
         return None
 
     # -- request dispatch --
@@ -355,37 +388,33 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         return body
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        # KMock 0.8's path parser fails on the namespace collection itself (/api/v1/namespaces).
-        if raw_request.path.rstrip("/") == "/api/v1/namespaces":
-            body = await raw_request.read()
-            request = kmock.Request(
-                method=raw_request.method, url=raw_request.url, params=dict(raw_request.query),
-                headers=dict(raw_request.headers), body=body, data=json.loads(body) if body else None,
-                resource=kmock.resource("", "v1", "namespaces"), raw_request=raw_request,
-            )
-            return await self._handle(request)
-        return await super().__call__(raw_request)
+        """Resource requests go to this store; KMock serves the rest (discovery, /version) and errors.
 
-    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        if len(self._requests) > MAX_REQUESTS_KEPT:
-            del self._requests[: len(self._requests) // 2]
-        res = request.resource
-        if res is None or not res.version or (not res.plural and not request.namespace):
-            return await super()._handle(request)  # discovery, /version, /apis: KMock serves them
+        Resource requests skip KMock's request recording and DSL matching: they cost more than the
+        store itself, and an emulator under load (the operator benchmark) must not grow without bound.
+        """
+        target = _resource_target(raw_request.path)
+        if target is None:
+            return await super().__call__(raw_request)
+        group, plural, namespace, name, sub = target
+        body = await raw_request.read()
         try:
-            fault = self._injected_fault(request)
+            data = json.loads(body) if body else None
+        except ValueError:
+            return aiohttp.web.json_response(ApiError(400, "BadRequest", "the body is not JSON").body(), status=400)
+        call = ApiCall(raw_request.method.upper(), raw_request.path, dict(raw_request.query),
+                       dict(raw_request.headers), data, sub, raw_request)
+        try:
+            fault = self._injected_fault(call)
             if fault is not None:
                 raise fault
-            if not res.plural:  # KMock parses /api/v1/namespaces/NS as a namespace with no plural
-                rtype, namespace, name = self._type("", "namespaces"), None, request.namespace
-            else:
-                rtype, namespace, name = self._type(res.group or "", res.plural), request.namespace, request.name
-            if request.params.get("watch", "").lower() in ("true", "1"):
-                return await self._watch(request, rtype, namespace, name)
-            status, body = self._dispatch(request, rtype, namespace, name)
+            rtype = self._type(group, plural)
+            if call.params.get("watch", "").lower() in ("true", "1"):
+                return await self._watch(call, rtype, namespace, name)
+            status, result = self._dispatch(call, rtype, namespace, name)
         except ApiError as exc:
-            status, body = exc.code, exc.body()
-        return aiohttp.web.json_response(body, status=status)
+            status, result = exc.code, exc.body()
+        return aiohttp.web.json_response(result, status=status)
 
     def _type(self, group: str, plural: str) -> ResourceType:
         rtype = self._types.get((group, plural))
@@ -393,9 +422,9 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({plural}.{group})")
         return rtype
 
-    def _dispatch(self, request: kmock.Request, rtype: ResourceType, namespace: str | None,
+    def _dispatch(self, request: ApiCall, rtype: ResourceType, namespace: str | None,
                   name: str | None) -> tuple[int, dict[str, Any]]:
-        method, sub = request.method.value.upper(), request.subresource
+        method, sub = request.method, request.subresource
         if not rtype.namespaced:
             namespace = None
         if sub not in (None, "status", "scale") or (sub == "status" and not rtype.status_subresource) \
@@ -434,7 +463,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                 continue
             yield obj
 
-    def _list(self, request: kmock.Request, rtype: ResourceType, namespace: str | None) -> dict[str, Any]:
+    def _list(self, request: ApiCall, rtype: ResourceType, namespace: str | None) -> dict[str, Any]:
         items = list(self._select(rtype.group, rtype.plural, namespace, request.params.get("labelSelector"),
                                   request.params.get("fieldSelector")))
         return {"apiVersion": rtype.api_version, "kind": f"{rtype.kind}List",
@@ -613,7 +642,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
 
     # -- watch --
 
-    async def _watch(self, request: kmock.Request, rtype: ResourceType, namespace: str | None,
+    async def _watch(self, request: ApiCall, rtype: ResourceType, namespace: str | None,
                      name: str | None) -> aiohttp.web.StreamResponse:
         namespace = namespace if rtype.namespaced else None
         labels, fields = request.params.get("labelSelector"), request.params.get("fieldSelector")
@@ -629,7 +658,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                 and (not fields or field_selector_matches(fields, obj))
 
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request._raw_request)
+        await response.prepare(request.raw)
         # Snapshot and cursor are taken with no await in between, so no event falls into a gap.
         if since == "0":
             cursor = self._rv
