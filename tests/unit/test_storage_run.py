@@ -93,3 +93,29 @@ def test_results_on_a_store_without_append(tmp_path: Path) -> None:
     run.append_result({"iteration": 3, "timesteps": 31})
     run.close()
     assert parse_jsonl(store.get_bytes("results.jsonl"))[-1] == {"iteration": 3, "timesteps": 31}
+
+
+def test_checkpoint_commits_only_after_results_are_flushed(tmp_path: Path) -> None:
+    from kuberl.trainer.storage.checkpoints import CheckpointWriter, latest_checkpoint
+
+    store = NoAppendStore(tmp_path)
+    run = RunStorage(store, flush_seconds=3600)  # without the hook the line would wait an hour
+    writer = CheckpointWriter(store, keep=5, before_commit=run.flush)
+    run.append_result({"iteration": 1, "timesteps": 10})
+    run.append_result({"iteration": 2, "timesteps": 20})
+    writer.submit(2, {"m": b"x"}, timesteps=20)
+    assert writer.wait(timeout=10).iteration == 2
+    assert [r["iteration"] for r in parse_jsonl(store.get_bytes("results.jsonl"))][-1] == 2
+    assert latest_checkpoint(store).iteration == 2
+    writer.close()
+    run.close()
+
+
+def test_failed_before_manifest_leaves_no_checkpoint(tmp_path: Path) -> None:
+    from kuberl.trainer.storage import StorageError
+    from kuberl.trainer.storage.checkpoints import latest_checkpoint
+
+    store = LocalStore(tmp_path)
+    with pytest.raises(StorageError, match="not committed"):
+        write_checkpoint(store, 1, {"m": b"x"}, timesteps=1, before_manifest=lambda: False)
+    assert latest_checkpoint(store) is None and store.exists("checkpoints/000001/m")

@@ -209,9 +209,20 @@ def _fence(store: ObjectStore, attempt: int, iteration: int) -> None:
 
 
 def write_checkpoint(
-    store: ObjectStore, iteration: int, files: dict[str, bytes], *, timesteps: int, attempt: int = 0
+    store: ObjectStore,
+    iteration: int,
+    files: dict[str, bytes],
+    *,
+    timesteps: int,
+    attempt: int = 0,
+    before_manifest: Callable[[], object] | None = None,
 ) -> CheckpointInfo:
-    """Write files, then the manifest, then `latest` (unless a newer attempt or checkpoint holds it)."""
+    """Write files, then the manifest, then `latest` (unless a newer attempt or checkpoint holds it).
+
+    `before_manifest` runs after the files and before the manifest; returning False or raising
+    fails the write. Pass RunStorage.flush so results.jsonl holds every line up to this
+    iteration before the checkpoint exists: a resume then leaves no gap in the results.
+    """
     if not files:
         raise ValueError("a checkpoint needs at least one file")
     for name in files:
@@ -232,6 +243,8 @@ def write_checkpoint(
         "createdAt": time.time(),
         "files": {name: {"size": len(data), "sha256": _sha256(data)} for name, data in files.items()},
     }
+    if before_manifest is not None and before_manifest() is False:
+        raise StorageError(f"checkpoint {store.url(key)}: not committed, before_manifest did not complete")
     _fence(store, attempt, iteration)
     store.put_bytes(f"{key}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
     info = _info(store, key, manifest)
@@ -294,7 +307,8 @@ class CheckpointWriter:
 
     One write at a time; a submit while a write is running replaces any pending one
     (the newest state wins). Failed writes are retried with backoff until they succeed,
-    a newer checkpoint is submitted, or the writer is closed.
+    a newer checkpoint is submitted, or the writer is closed. `before_commit` (for example
+    RunStorage.flush) runs before each manifest; see write_checkpoint.
     """
 
     def __init__(
@@ -304,9 +318,11 @@ class CheckpointWriter:
         keep: int,
         attempt: int = 0,
         on_written: Callable[[CheckpointInfo], None] | None = None,
+        before_commit: Callable[[], object] | None = None,
         max_backoff_seconds: float = 10.0,
     ) -> None:
         self.store = store
+        self.before_commit = before_commit
         self.keep = keep
         self.attempt = attempt
         self.on_written = on_written
@@ -379,7 +395,7 @@ class CheckpointWriter:
                 started = time.monotonic()
                 try:
                     info = write_checkpoint(self.store, iteration, files, timesteps=timesteps,
-                                            attempt=self.attempt)
+                                            attempt=self.attempt, before_manifest=self.before_commit)
                 except FencedError as e:
                     log.error("%s", e)
                     with self._cond:
