@@ -119,3 +119,18 @@ def test_failed_before_manifest_leaves_no_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="not committed"):
         write_checkpoint(store, 1, {"m": b"x"}, timesteps=1, before_manifest=lambda: False)
     assert latest_checkpoint(store) is None and store.exists("checkpoints/000001/m")
+
+
+def test_results_writer_of_an_older_attempt_is_fenced(tmp_path: Path) -> None:
+    store = NoAppendStore(tmp_path)
+    newer = RunStorage(store, attempt=3)
+    newer.append_result({"iteration": 1, "timesteps": 10})
+    assert newer.flush(timeout=5)
+    write_checkpoint(store, 1, {"m": b"x"}, timesteps=10, attempt=3)
+    zombie = RunStorage(store, attempt=2, flush_seconds=0.01)
+    zombie.append_result({"iteration": 7, "timesteps": 70})
+    assert not zombie.flush(timeout=5) and zombie.fenced
+    zombie.append_result({"iteration": 8, "timesteps": 80})
+    assert not zombie.flush(timeout=5)
+    zombie.close(timeout=5)
+    assert parse_jsonl(store.get_bytes("results.jsonl")) == [{"iteration": 1, "timesteps": 10}]

@@ -43,8 +43,12 @@ class RunStorage:
     """The files of one run. results.jsonl appends never block on a remote store:
     lines are kept in memory and a background thread rewrites the object."""
 
-    def __init__(self, store: ObjectStore, *, flush_seconds: float = 2.0) -> None:
+    def __init__(self, store: ObjectStore, *, flush_seconds: float = 2.0, attempt: int | None = None) -> None:
         self.store = store
+        # With an attempt, a rewrite of results.jsonl first checks that no newer attempt
+        # owns the run (`latest`), so a zombie head cannot clobber its successor's results.
+        self.attempt = attempt
+        self.fenced = False
         self.uri = store.uri
         self._appendable = callable(getattr(store, "append_bytes", None))
         self._flush_seconds = flush_seconds
@@ -126,6 +130,8 @@ class RunStorage:
             self._tail_checked = True
             return
         with self._cond:
+            if self.fenced:
+                return
             self._appended.append(line)
             self._version += 1
             self._ensure_thread()
@@ -152,6 +158,12 @@ class RunStorage:
             self._cond.notify_all()
         self.flush()
         return dropped
+
+    def _newer_attempt_owns_run(self) -> bool:
+        if self.attempt is None:
+            return False
+        pointer = _read_latest_pointer(self.store)
+        return pointer is not None and pointer["attempt"] > self.attempt
 
     def _torn_tail_fix(self) -> str:
         # A crash mid-append leaves a line without its newline; start on a fresh line
@@ -194,6 +206,14 @@ class RunStorage:
                             self._base = base
                 with self._cond:
                     version, lines = self._version, self._base + self._appended
+                if self._newer_attempt_owns_run():
+                    log.error("%s: a newer attempt owns this run; attempt %s stops writing results",
+                              self.store.url(RESULTS), self.attempt)
+                    with self._cond:
+                        self.fenced = True
+                        self._flushed = self._version  # nothing more will be written: release waiters
+                        self._cond.notify_all()
+                    return
                 self.store.put_bytes(RESULTS, "".join(line + "\n" for line in lines).encode())
             except Exception as e:  # noqa: BLE001 - retried; the lines stay in memory
                 failures += 1
@@ -219,7 +239,8 @@ class RunStorage:
             self._waiters += 1
             self._cond.notify_all()
             try:
-                return self._cond.wait_for(lambda: self._flushed >= self._version, timeout=timeout)
+                done = self._cond.wait_for(lambda: self._flushed >= self._version or self.fenced, timeout=timeout)
+                return done and not self.fenced
             finally:
                 self._waiters -= 1
 
