@@ -164,3 +164,18 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     assert final.iteration == stop_at
     manifest_of_torn = json.loads(store.get_bytes(f"checkpoints/{torn}/manifest.json"))
     assert manifest_of_torn["iteration"] == int(torn)  # rewritten whole by the rerun
+
+
+@pytest.mark.parametrize("problem", ["no-bucket", "dead-endpoint"])
+def test_unusable_store_exits_2_naming_the_uri(s3: S3Server, tmp_path: Path, problem: str) -> None:
+    from kuberl.testing.s3server import free_port
+
+    endpoint = s3.endpoint if problem == "no-bucket" else f"http://127.0.0.1:{free_port()}"
+    path = tmp_path / "exp.yaml"
+    path.write_text(manifest("bad", "no-such-bucket", endpoint, "{iterations: 1}", every=1))
+    proc = subprocess.run([KUBERL, "train", "-f", str(path)], cwd=tmp_path, env={**os.environ, **s3.env()},
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "s3://no-such-bucket/runs/bad" in proc.stderr
+    assert ("does not exist" if problem == "no-bucket" else "cannot reach") in proc.stderr
+    assert "Traceback" not in proc.stderr
