@@ -1,0 +1,128 @@
+"""The operator started exactly as the chart's Deployment starts it, against the API emulator.
+
+The container's command, args and env come from `helm template`; the peering object comes from
+the chart's post-install hook. Without that object the operator must stay paused (Kopf's named
+peering is mandatory); with it, it reconciles, using the trainer image and pod defaults the chart
+passed. Probes and metrics answer on the ports the chart declares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from kuberl.testing.operator_harness import experiment_body, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / ".tools" / "bin" / "helm"
+BIN = Path(sys.executable).parent
+RELEASE_NAMESPACE = "kuberl-system"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _render(*sets: str) -> list[dict[str, Any]]:
+    if not HELM.exists():
+        subprocess.run(["make", "tools"], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    args = [a for s in sets for a in ("--set", s)]
+    proc = subprocess.run([str(HELM), "template", "kuberl", "charts/kuberl", "-n", RELEASE_NAMESPACE, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _container_env(container: dict[str, Any]) -> dict[str, str]:
+    env = {}
+    for var in container["env"]:
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:  # the downward API: only metadata.namespace is used
+            assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+            env[var["name"]] = RELEASE_NAMESPACE
+    return env
+
+
+@pytest.fixture
+def emulator(tmp_path: Path):
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig", str(kubeconfig)],
+                            stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:")
+    yield kubeconfig
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peering(emulator, tmp_path):
+    metrics_port, health_port = _free_port(), _free_port()
+    docs = _render(f"metrics.port={metrics_port}", f"operator.healthPort={health_port}",
+                   "trainer.image=registry.test/kuberl-trainer:chart", "trainer.head.cpu=3", "trainer.head.memory=3Gi")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (peering,) = [d for d in docs if d["kind"] == "ClusterKopfPeering"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command = [str(BIN / container["command"][0]), *container["command"][1:], *container["args"]]
+    env = {**os.environ, **_container_env(container), "KUBECONFIG": str(emulator), "KUBERL_LISTEN_HOST": "127.0.0.1"}
+
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(str(emulator), client_configuration=configuration)
+    api = kubernetes.client.ApiClient(configuration)
+    custom, core = kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api)
+
+    def pods() -> list[dict[str, Any]]:
+        return json.loads(core.list_namespaced_pod("research", _preload_content=False).data)["items"]
+
+    log_path = tmp_path / "operator.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            probe = container["livenessProbe"]["httpGet"]
+            wait_for(lambda: _get(f"http://127.0.0.1:{health_port}{probe['path']}")[0] == 200, timeout=60,
+                     what="the liveness probe the chart declares")
+            time.sleep(3)  # let Kopf finish its start-up rounds of API discovery before checking the pause
+            custom.create_namespaced_custom_object("kuberl.io", "v1alpha1", "research", "rlexperiments",
+                                                   experiment_body("exp", workers={"replicas": 0}))
+            time.sleep(5)
+            assert pods() == [], "the operator reconciled before its peering object existed"
+
+            custom.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", peering)
+            head = wait_for(pods, timeout=60, what="the head pod once the chart's peering exists")[0]
+            head_container = head["spec"]["containers"][0]
+            assert head_container["image"] == "registry.test/kuberl-trainer:chart"
+            assert head_container["resources"]["requests"] == {"cpu": "3", "memory": "3Gi"}
+
+            text = wait_for(lambda: _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=20, what="metrics")
+            assert "kuberl_operator_reconciles_total" in text
+
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert "Traceback" not in log_path.read_text()
