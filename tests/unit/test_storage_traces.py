@@ -105,3 +105,15 @@ def test_unreadable_chunk_is_skipped(tmp_path: Path) -> None:
     writer.close()
     store.put_bytes("traces/episodes-w-000001.jsonl.gz", b"not gzip")
     assert [r["episode"] for r in read_traces(store)] == [1]
+
+
+def test_step_records_with_numpy_values_round_trip(tmp_path: Path) -> None:
+    import numpy as np
+
+    store = LocalStore(tmp_path)
+    writer = TraceWriter(store, "w")
+    steps = [{"obs": np.array([0.5, -1.0], dtype=np.float32), "action": np.int64(1), "reward": np.float32(1.0)}]
+    writer.write({**episode(1, "w"), "steps": steps})
+    writer.close()
+    (record,) = read_traces(store)
+    assert record["steps"] == [{"obs": [0.5, -1.0], "action": 1, "reward": 1.0}]
