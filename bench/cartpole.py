@@ -1,7 +1,7 @@
 """kuberl PPO vs RLlib 2.60 PPO on CartPole-v1: wall time and env steps to a return mean of 450.
 
     make bench-deps                      # RLlib 2.60 into .venv-rllib (never a kuberl dependency)
-    .venv/bin/python bench/cartpole.py   # both, their ratios; --kuberl-only skips RLlib
+    .venv/bin/python -m bench.cartpole   # both, their ratios; --kuberl-only skips RLlib
 
 kuberl runs in this process with its PPO defaults (workers=0, the fast path).
 RLlib runs as a subprocess of .venv-rllib's python with its new API stack

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
@@ -58,13 +59,19 @@ class Actor(nn.Module):
             return Categorical(logits=out)
         return Normal(out, self.log_std.exp().expand_as(out))
 
-    def log_prob(self, dist: Distribution, actions: torch.Tensor) -> torch.Tensor:
-        logp = dist.log_prob(actions)
-        return logp if self.discrete else logp.sum(-1)
-
-    def entropy(self, dist: Distribution) -> torch.Tensor:
-        entropy = dist.entropy()
-        return entropy if self.discrete else entropy.sum(-1)
+    def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) and the policy's entropy, written out: torch.distributions costs more than the math here."""
+        out = self.net(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, dim=-1)
+            logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            return logp, entropy
+        log_std = self.log_std.expand_as(out)
+        z = (actions - out) / log_std.exp()
+        logp = (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
+        return logp, entropy
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.net(obs)

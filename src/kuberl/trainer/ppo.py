@@ -179,35 +179,36 @@ class PPO(Algorithm):
         # Reset steps make the batch a few rows short of envs x fragment; split it into about
         # size / minibatch_size near-equal minibatches so no row is dropped.
         num_minibatches = max(1, round(size / p.minibatch_size))
-        totals = {"policyLoss": 0.0, "valueLoss": 0.0, "entropy": 0.0, "approxKl": 0.0, "clipFraction": 0.0}
+        sums: list[torch.Tensor] = []
         updates = 0
         epochs_done = 0
         for _epoch in range(p.num_epochs):
             order = torch.as_tensor(self.np_random.permutation(size), device=self.device)
             for idx in torch.tensor_split(order, num_minibatches):
-                dist = actor.distribution(batch["obs"][idx])
+                obs = batch["obs"][idx]
+                new_logp, entropy = actor.log_prob_entropy(obs, batch["actions"][idx])
                 advantages = batch["advantages"][idx]
                 if p.normalize_advantages and len(idx) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
                 loss = ppo_loss(
-                    actor.log_prob(dist, batch["actions"][idx]), batch["logp"][idx], advantages,
-                    self.model.value(batch["obs"][idx]), batch["values"][idx], batch["returns"][idx],
-                    actor.entropy(dist), clip_param=p.clip_param, vf_clip_param=p.vf_clip_param,
+                    new_logp, batch["logp"][idx], advantages, self.model.value(obs), batch["values"][idx],
+                    batch["returns"][idx], entropy, clip_param=p.clip_param, vf_clip_param=p.vf_clip_param,
                     vf_coeff=p.vf_coeff, entropy_coeff=p.entropy_coeff,
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.total.backward()
                 if p.grad_clip is not None:
-                    nn.utils.clip_grad_norm_(self.model.parameters(), p.grad_clip)
+                    nn.utils.clip_grad_norm_(self.model.parameters(), p.grad_clip, foreach=True)
                 self.optimizer.step()
                 updates += 1
-                for key, value in (("policyLoss", loss.policy), ("valueLoss", loss.value), ("entropy", loss.entropy),
-                                   ("approxKl", loss.approx_kl), ("clipFraction", loss.clip_fraction)):
-                    totals[key] += float(value.detach())
+                sums.append(torch.stack([loss.policy.detach(), loss.value.detach(), loss.entropy.detach(),
+                                         loss.approx_kl, loss.clip_fraction]))
             epochs_done += 1
             if p.target_kl is not None and float(loss.approx_kl) > p.target_kl:
                 break
-        stats = {k: v / max(updates, 1) for k, v in totals.items()}
+        means = torch.stack(sums).mean(0).tolist()
+        stats: dict[str, float] = dict(zip(("policyLoss", "valueLoss", "entropy", "approxKl", "clipFraction"), means,
+                                           strict=True))
         stats.update(updates=updates, epochs=epochs_done, lr=self.optimizer.param_groups[0]["lr"],
                      batchSize=size)
         return stats
