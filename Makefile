@@ -58,5 +58,14 @@ images: ## build the operator and trainer images (needs a Docker engine; IMAGES=
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine" >&2; exit 1; }
 	$(foreach image,$(IMAGES),docker build -f images/$(image).Dockerfile -t $(call image_tag,$(image)) . &&) true
 
+RLLIB_VENV ?= .venv-rllib
+
+# RLlib is never a kuberl dependency: bench/cartpole.py runs it from its own venv for the comparison.
+bench-deps: ## RLlib 2.60 (with torch, pinned) in .venv-rllib, for bench/cartpole.py
+	test -x $(RLLIB_VENV)/bin/python || $(PYTHON) -m venv $(RLLIB_VENV)
+	$(RLLIB_VENV)/bin/python -m pip install -q --upgrade pip
+	$(RLLIB_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(RLLIB_VENV)/bin/python -m pip install -q "ray[rllib]==2.60.0"
+
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache
