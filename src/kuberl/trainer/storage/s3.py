@@ -11,6 +11,7 @@ StorageError naming the URI.
 from __future__ import annotations
 
 import io
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,8 @@ class S3Store:
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         self.endpoint = endpoint
-        self.region = region
+        # botocore reads AWS_DEFAULT_REGION; the operator (and AWS's own SDKs) set AWS_REGION.
+        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or None
         self._options = {"max_attempts": max_attempts, "connect_timeout": connect_timeout,
                          "read_timeout": read_timeout}
         self._client: Any = None
