@@ -183,3 +183,15 @@ def test_paths_are_rewritten_in_one_pass():
     paths = {"/tmp": "/tmp/run/volumes/0", "/dev/termination-log": "/tmp/run/termination-log"}
     assert rewrite_paths("/dev/termination-log and /tmp/x", paths) == \
         "/tmp/run/termination-log and /tmp/run/volumes/0/x"
+
+
+def test_a_pods_processes_are_found_by_their_environment_marker(tmp_path):
+    from kuberl.testing.process_tree import MARKER_VARIABLE, processes_with_marker
+
+    for pid, env in ((101, f"PATH=/bin\0{MARKER_VARIABLE}=abc\0"), (102, f"{MARKER_VARIABLE}=abcd\0"),
+                     (103, "PATH=/bin\0")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "environ").write_bytes(env.encode())
+    (tmp_path / "self").mkdir()
+    (tmp_path / "104").mkdir()  # a process that ended between listing and reading
+    assert processes_with_marker("abc", proc_root=str(tmp_path)) == [101]
