@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -96,24 +99,37 @@ def kuberl_sampling_throughput(seconds: float, envs: int, fragment: int) -> floa
 
 
 def run_rllib(python: Path, target: float, seed: int, cap_seconds: float) -> dict[str, Any]:
+    """RLlib's run as a subprocess; its last progress line is kept if it has to be stopped."""
     if not python.exists():
         return {"error": f"{python} not found: run `make bench-deps` first"}
     with tempfile.NamedTemporaryFile("w", suffix="_rllib_cartpole.py", delete=False) as script:
         script.write(RLLIB_SCRIPT)
-    try:
-        proc = subprocess.run(
+    lines: list[dict[str, Any]] = []
+    with tempfile.TemporaryFile("w+") as stderr_file:
+        # Its own session, so that the watchdog stops RLlib's Ray processes with it, and nothing else.
+        proc = subprocess.Popen(
             [str(python), script.name, str(target), str(cap_seconds), str(seed)],
-            capture_output=True, text=True, timeout=cap_seconds + 240, cwd=tempfile.gettempdir(),
+            stdout=subprocess.PIPE, stderr=stderr_file, text=True, cwd=tempfile.gettempdir(), start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        return {"error": f"RLlib did not finish within {cap_seconds + 240:.0f} s"}
-    finally:
-        Path(script.name).unlink(missing_ok=True)
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    final = [line for line in lines if "reached" in line]
-    if not final:
-        return {"error": f"RLlib exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    return final[-1]
+        # Training stops itself after cap_seconds; Ray's start and RLlib's build get as long again (slow when busy).
+        watchdog = threading.Timer(2 * cap_seconds + 120, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            lines = [json.loads(line) for line in proc.stdout if line.startswith("{")]
+            proc.wait()
+        finally:
+            stopped = not watchdog.is_alive()
+            watchdog.cancel()
+            Path(script.name).unlink(missing_ok=True)
+        final = [line for line in lines if "reached" in line]
+        if final:
+            return final[-1]
+        last = lines[-1] if lines else {}
+        stderr_file.seek(0)
+        stderr = stderr_file.read()[-2000:]
+    why = "stopped at the deadline" if stopped else f"exited {proc.returncode}: {stderr.strip()}"
+    return {"error": f"RLlib {why}", **({"lastProgress": last} if last else {})}
 
 
 def ratio(a: float | None, b: float | None) -> str:
