@@ -7,6 +7,7 @@ schemas (kubernetes-validate).
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import subprocess
@@ -45,10 +46,16 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(helm), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def render(helm: Path, *args: str, namespace: str = "kuberl-system") -> list[dict[str, Any]]:
+@functools.cache
+def _rendered(helm: Path, args: tuple[str, ...], namespace: str) -> str:
     proc = run_helm(helm, "template", "kuberl", str(CHART), "--namespace", namespace, *args)
     assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return proc.stdout
+
+
+def render(helm: Path, *args: str, namespace: str = "kuberl-system") -> list[dict[str, Any]]:
+    """The chart's objects for these helm arguments (rendered once per argument list; fresh copies)."""
+    return [d for d in yaml.safe_load_all(_rendered(helm, args, namespace)) if d]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
