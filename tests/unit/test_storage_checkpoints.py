@@ -134,14 +134,18 @@ class SlowStore(LocalStore):
         self.delay = delay
         self.failing = threading.Event()
         self.concurrent = 0
-        self.max_concurrent = 0
+        self.in_flight: list[str] = []
+        self.max_checkpoints_at_once = 0
         self.model_puts: list[str] = []
         self._lock = threading.Lock()
 
     def put_bytes(self, key: str, data: bytes) -> None:
+        checkpoint = key.split("/")[1] if key.count("/") == 2 else None
         with self._lock:
             self.concurrent += 1
-            self.max_concurrent = max(self.max_concurrent, self.concurrent)
+            if checkpoint:
+                self.in_flight.append(checkpoint)
+                self.max_checkpoints_at_once = max(self.max_checkpoints_at_once, len(set(self.in_flight)))
         try:
             time.sleep(self.delay)
             if self.failing.is_set():
@@ -152,6 +156,8 @@ class SlowStore(LocalStore):
         finally:
             with self._lock:
                 self.concurrent -= 1
+                if checkpoint:
+                    self.in_flight.remove(checkpoint)
 
 
 def test_writer_does_not_block_and_coalesces(tmp_path: Path) -> None:
@@ -167,7 +173,7 @@ def test_writer_does_not_block_and_coalesces(tmp_path: Path) -> None:
     last = writer.wait(timeout=10)
     writer.close()
     assert last is not None and last.iteration == 5
-    assert store.max_concurrent == 1
+    assert store.max_checkpoints_at_once == 1  # never two checkpoints written at once
     written = sorted({k.split("/")[1] for k in store.model_puts})
     assert written == ["000001", "000005"]  # 2..4 were replaced by 5 while 1 was in flight
     assert len(store.model_puts) == len(written)  # never the same checkpoint twice
