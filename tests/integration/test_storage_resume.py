@@ -19,7 +19,7 @@ from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.s3 import S3Store
 from kuberl.trainer.storage.traces import read_traces
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # trainer processes on a busy CI machine
 KUBERL = str(Path(sys.executable).parent / "kuberl")
 
 
@@ -99,7 +99,7 @@ def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, t
     store = S3Store(f"s3://{s3_bucket}/runs/outage", endpoint=s3.endpoint)
     trainer = Trainer(path, s3.env())
     try:
-        wait_for(lambda: store.exists("checkpoints/latest"), 120, "the first checkpoint")
+        wait_for(lambda: store.exists("checkpoints/latest"), 300, "the first checkpoint")
         before = latest_checkpoint(store).iteration
         s3.stop()
         seen_at_stop = trainer.iterations_seen()
@@ -107,7 +107,7 @@ def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, t
         assert trainer.proc.poll() is None, trainer.output()
         assert trainer.iterations_seen() > seen_at_stop + 2, "training stalled during the outage"
         s3.start()
-        assert trainer.wait(timeout=240) == 0, trainer.output()
+        assert trainer.wait(timeout=300) == 0, trainer.output()
     finally:
         trainer.kill()
     results = assert_results_monotonic(store)
@@ -135,10 +135,10 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     store = S3Store(f"s3://{s3_bucket}/runs/killed", endpoint=s3.endpoint)
     trainer = Trainer(path, s3.env())
     try:
-        wait_for(lambda: store.exists("checkpoints/latest"), 120, "the first checkpoint")
+        wait_for(lambda: store.exists("checkpoints/latest"), 300, "the first checkpoint")
         s3.stall("manifest.json")  # the next checkpoint's files land, its manifest hangs
         stalled_before = s3.stalled
-        wait_for(lambda: s3.stalled > stalled_before, 120, "a checkpoint write in progress")
+        wait_for(lambda: s3.stalled > stalled_before, 300, "a checkpoint write in progress")
         trainer.kill()
     finally:
         trainer.kill()
@@ -153,7 +153,7 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
     path.write_text(manifest("killed", s3_bucket, s3.endpoint, f"{{iterations: {stop_at}}}", every=3))
     rerun = Trainer(path, s3.env())
     try:
-        assert rerun.wait(timeout=240) == 0, rerun.output()
+        assert rerun.wait(timeout=300) == 0, rerun.output()
     finally:
         rerun.kill()
     assert f"resuming from {store.url(f'checkpoints/{previous:06d}')}" in "\n".join(rerun.lines)
