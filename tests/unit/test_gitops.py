@@ -6,6 +6,8 @@ through cel-python, fed the same RLExperiment objects.
 
 from __future__ import annotations
 
+import datetime
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import celpy
 import pytest
 import yaml
 from lupa import lua51
+
+from kuberl.operator.status import Observation, PodState, decide
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGO_DIR = ROOT / "gitops" / "argocd" / "resource_customizations" / "kuberl.io" / "RLExperiment"
@@ -137,3 +141,72 @@ def test_doc_argocd_applications_use_server_side_apply_and_order_the_crd_first()
     waves = [int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) for a in (chart, experiments)]
     assert waves[0] < waves[1]
     assert "SkipDryRunOnMissingResource=true" in experiments["spec"]["syncPolicy"]["syncOptions"]
+
+
+# --- the statuses the operator really writes ---------------------------------------------------------
+
+NOW = datetime.datetime(2026, 11, 22, 1, 0, tzinfo=datetime.UTC)
+
+
+def _head(phase: str, **kwargs: Any) -> PodState:
+    return PodState(name="exp-head", role="head", attempt=1, phase=phase, **kwargs)
+
+
+def _worker(index: int) -> PodState:
+    return PodState(name=f"exp-worker-{index}", role="worker", attempt=1, phase="Running", index=index)
+
+
+TRAINING = {"phase": "Running", "attempt": 1, "iteration": 5, "timesteps": 5120}
+STARTING = {"phase": "Starting", "attempt": 1}
+OPERATOR_CASES = {
+    # name: (observation, Argo CD, Flux)
+    "new": (Observation(1, NOW, {}), "Progressing", "InProgress"),
+    "head-pending": (Observation(1, NOW, STARTING, pods=(_head("Pending"),)), "Progressing", "InProgress"),
+    "waiting-for-trainer": (Observation(1, NOW, STARTING, pods=(_head("Running"),)), "Progressing", "InProgress"),
+    "training": (Observation(1, NOW, STARTING, replicas=1, pods=(_head("Running"), _worker(0)), trainer=TRAINING),
+                 "Healthy", "Current"),
+    "waiting-for-workers": (Observation(1, NOW, STARTING, replicas=2, pods=(_head("Running"),), trainer=TRAINING),
+                            "Progressing", "InProgress"),
+    "succeeded": (Observation(1, NOW, {"phase": "Running", "attempt": 1},
+                              pods=(_head("Succeeded", exit_code=0, termination={"result": "Succeeded"}),)),
+                  "Healthy", "Current"),
+    "invalid-spec": (Observation(1, NOW, {}, spec_errors=("spec.env.id: unknown env",)), "Degraded", "Failed"),
+    "missing-secret": (Observation(1, NOW, {}, missing_secret="secret s3-credentials not found"),
+                       "Degraded", "Failed"),
+    "image-pull": (Observation(1, NOW, STARTING, pods=(_head("Pending", waiting_reason="ImagePullBackOff"),)),
+                   "Degraded", "Failed"),
+    "backoff-exceeded": (Observation(1, NOW, {"phase": "Running", "attempt": 4}, backoff_limit=3, restarts=3,
+                                     failed_attempt=3, pods=(PodState("exp-head", "head", 4, "Failed", exit_code=1),)),
+                         "Degraded", "Failed"),
+    "refused-change": (Observation(2, NOW, {"phase": "Running", "attempt": 1}, pods=(_head("Running"),),
+                                   trainer=TRAINING, refused_changes=("spec.env.id",)), "Degraded", "Failed"),
+    "suspended": (Observation(3, NOW, {"phase": "Running", "attempt": 1}, suspend=True, pods=(_head("Running"),)),
+                  "Suspended", "Current"),
+}
+
+
+def _experiment(obs: Observation, generation: int | None = None) -> dict[str, Any]:
+    status = decide(obs).status
+    return {
+        "apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+        "metadata": {"name": "exp", "namespace": "research", "generation": generation or obs.generation},
+        "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "suspend": obs.suspend},
+        "status": json.loads(json.dumps(status)),
+    }
+
+
+@pytest.mark.parametrize("name", OPERATOR_CASES)
+def test_health_of_the_status_the_operator_decides(name):
+    obs, argo, flux = OPERATOR_CASES[name]
+    obj = _experiment(obs)
+    assert obj["status"]["observedGeneration"] == obs.generation
+    assert argo_health(obj)["status"] == argo
+    assert flux_status(obj, _flux_check()) == flux
+
+
+@pytest.mark.parametrize("name", ["training", "succeeded", "invalid-spec"])
+def test_a_spec_the_operator_has_not_seen_is_progressing(name):
+    obs, _, _ = OPERATOR_CASES[name]
+    obj = _experiment(obs, generation=obs.generation + 1)
+    assert argo_health(obj)["status"] == "Progressing"
+    assert flux_status(obj, _flux_check()) == "InProgress"
