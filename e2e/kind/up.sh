@@ -4,6 +4,10 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 
+for tool in docker kind helm kubectl; do
+  command -v "$tool" >/dev/null || { echo "e2e/kind needs $tool on PATH (helm and kubectl: make tools)" >&2; exit 1; }
+done
+
 if ! kind get clusters | grep -qx "$KIND_CLUSTER"; then
   kind create cluster --name "$KIND_CLUSTER" --config e2e/kind/kind-config.yaml --wait 180s
 fi
