@@ -94,8 +94,9 @@ def test_helm_lint_strict(helm, values):
     assert "0 chart(s) failed" in proc.stdout
 
 
+@pytest.mark.parametrize("version", [K8S_VERSION, kubernetes_validate.latest_version()])
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
-def test_every_rendered_object_is_valid_for_kubernetes(helm, values):
+def test_every_rendered_object_is_valid_for_kubernetes(helm, values, version):
     docs = render(helm, *values)
     assert {"ServiceAccount", "ClusterRole", "Deployment", "Service", "CustomResourceDefinition"} <= {
         d["kind"] for d in docs
@@ -103,7 +104,7 @@ def test_every_rendered_object_is_valid_for_kubernetes(helm, values):
     for doc in docs:
         if doc["kind"] in NOT_IN_KUBERNETES:
             continue
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(doc, version, strict=True)
 
 
 def test_the_validator_is_not_a_rubber_stamp(helm):
