@@ -21,10 +21,12 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import urllib.request  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import aiohttp  # noqa: E402
@@ -51,6 +53,24 @@ def expected_children(name: str, workers: int) -> set[tuple[str, str]]:
                    ("secrets", f"{name}-ray-token"), ("networkpolicies", f"{name}-ray")}
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the operator did not become healthy")
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process in MB, from /proc."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -63,7 +83,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],
-                         ready: asyncio.Event) -> None:
+                         gone: dict[tuple[str, str], float], ready: asyncio.Event) -> None:
     async def one(kind: str, path: str) -> None:
         async with session.get(path.format(ns=NAMESPACE), params={"watch": "true"},
                                timeout=aiohttp.ClientTimeout(total=None)) as resp:
@@ -71,58 +91,82 @@ async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, s
             async for line in resp.content:
                 if line.strip():
                     event = json.loads(line)
+                    key = (kind, event["object"]["metadata"]["name"])
                     if event["type"] == "ADDED":
-                        seen.setdefault((kind, event["object"]["metadata"]["name"]), time.perf_counter())
+                        seen.setdefault(key, time.perf_counter())
+                    elif event["type"] == "DELETED":
+                        gone[key] = time.perf_counter()
 
     await asyncio.gather(*(one(kind, path) for kind, path in CHILD_KINDS.items()))
 
 
+async def _apply(session: aiohttp.ClientSession, base: str, name: str, workers: int,
+                 applied: dict[str, float]) -> None:
+    async with session.post(base, json=experiment(name, workers)) as resp:
+        assert resp.status == 201, await resp.text()
+    applied[name] = time.perf_counter()
+
+
 async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, workers: int, interval: float,
-                    timeout: float) -> dict:
+                    timeout: float, rounds: int) -> dict:
+    """Apply `count` experiments per round; with several rounds, delete them between rounds (churn)."""
     seen: dict[tuple[str, str], float] = {}
-    applied: dict[str, float] = {}
+    gone: dict[tuple[str, str], float] = {}
+    latencies: list[float] = []
+    deletions: list[float] = []
+    rss_rounds: list[float] = []
+    round_p99: list[float | None] = []
+    base = f"/apis/kuberl.io/v1alpha1/namespaces/{NAMESPACE}/rlexperiments"
     async with aiohttp.ClientSession(url) as session:
         ready = asyncio.Event()
-        watcher = asyncio.create_task(watch_children(session, seen, ready))
+        watcher = asyncio.create_task(watch_children(session, seen, gone, ready))
         await ready.wait()
         await asyncio.sleep(0.5)
         rss_before, _ = rss_mb(operator_pid)
         cpu_before = cpu_seconds(operator_pid), cpu_seconds(emulator_pid)
-
-        async def apply(i: int) -> None:
-            name = f"exp-{i:04d}"
-            async with session.post(f"/apis/kuberl.io/v1alpha1/namespaces/{NAMESPACE}/rlexperiments",
-                                    json=experiment(name, workers)) as resp:
-                assert resp.status == 201, await resp.text()
-            applied[name] = time.perf_counter()
-
         started = time.perf_counter()
-        tasks = []
-        for i in range(count):
-            tasks.append(asyncio.create_task(apply(i)))
-            if interval:
-                await asyncio.sleep(interval)
-        await asyncio.gather(*tasks)
-        deadline = time.perf_counter() + timeout
-        wanted = {name: expected_children(name, workers) for name in applied}
-        while time.perf_counter() < deadline and not all(w <= seen.keys() for w in wanted.values()):
-            await asyncio.sleep(0.05)
+        for round_ in range(rounds):
+            applied: dict[str, float] = {}
+
+            tasks = []
+            for i in range(count):
+                tasks.append(asyncio.create_task(_apply(session, base, f"exp-{round_:02d}-{i:04d}", workers, applied)))
+                if interval:
+                    await asyncio.sleep(interval)
+            await asyncio.gather(*tasks)
+            wanted = {name: expected_children(name, workers) for name in applied}
+            deadline = time.perf_counter() + timeout
+            while time.perf_counter() < deadline and not all(w <= seen.keys() for w in wanted.values()):
+                await asyncio.sleep(0.05)
+            this_round = sorted(max(seen[c] for c in wanted[n]) - applied[n] for n in applied if wanted[n] <= seen.keys())
+            latencies += this_round
+            round_p99.append(round(this_round[int(0.99 * (len(this_round) - 1))], 2) if this_round else None)
+            if rounds > 1:
+                deleted_at = time.perf_counter()
+                await asyncio.gather(*(session.delete(f"{base}/{name}") for name in applied))
+                children = set().union(*wanted.values())
+                while time.perf_counter() < deadline + timeout and not children <= gone.keys():
+                    await asyncio.sleep(0.05)
+                deletions.append(max(gone.get(c, time.perf_counter()) for c in children) - deleted_at)
+            rss_rounds.append(round(rss_mb(operator_pid)[0], 1))
         total = time.perf_counter() - started
         rss_after, rss_peak = rss_mb(operator_pid)
         cpu_operator = cpu_seconds(operator_pid) - cpu_before[0]
         cpu_emulator = cpu_seconds(emulator_pid) - cpu_before[1]
         watcher.cancel()
-    latencies = sorted(max(seen[c] for c in wanted[name]) - applied[name]
-                       for name in applied if wanted[name] <= seen.keys())
+    latencies.sort()
     done = len(latencies)
     quantile = statistics.quantiles(latencies, n=100, method="inclusive") if done >= 2 else latencies * 99
-    return {"experiments": count, "workers_each": workers, "complete": done, "total_seconds": round(total, 2),
+    return {"experiments": count * rounds, "rounds": rounds, "workers_each": workers, "complete": done,
+            "total_seconds": round(total, 2),
             "p50_seconds": round(quantile[49], 3) if done else None,
             "p99_seconds": round(quantile[98], 3) if done else None,
             "max_seconds": round(latencies[-1], 3) if done else None,
+            "delete_seconds_per_round": [round(d, 2) for d in deletions], "p99_seconds_per_round": round_p99,
             "operator_rss_mb_before": round(rss_before, 1), "operator_rss_mb_after": round(rss_after, 1),
-            "operator_rss_mb_peak": round(rss_peak, 1), "operator_cpu_seconds": round(cpu_operator, 2),
-            "emulator_cpu_seconds": round(cpu_emulator, 2)}
+            "operator_rss_mb_peak": round(rss_peak, 1), "operator_rss_mb_per_round": rss_rounds,
+            "operator_cpu_seconds": round(cpu_operator, 2), "emulator_cpu_seconds": round(cpu_emulator, 2),
+            "load_average": os.getloadavg()[0]}
 
 
 def main() -> int:
@@ -131,6 +175,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker pods per experiment")
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between applies (0: one burst)")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="apply/delete rounds (churn: memory must not grow from round to round)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
     parser.add_argument("--profile", metavar="PATH", help="run the operator under cProfile, stats to PATH")
     args = parser.parse_args()
@@ -146,12 +192,13 @@ def main() -> int:
                    "KUBERL_PEERING": "off", "KUBERL_STATUS_POLL_SECONDS": "30"}
             log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115
             profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+            health_port = free_port()
             operator = subprocess.Popen([sys.executable, *profile, "-m", "kuberl.operator", "--namespace", NAMESPACE,
-                                         "--metrics-port", "0", "--health-port", "0"],
+                                         "--metrics-port", "0", "--health-port", str(health_port)],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
-            time.sleep(3.0)  # operator start-up (imports, login, first watches)
-            figures = asyncio.run(run_bench(url, operator.pid, emulator.pid, args.experiments, args.workers, args.interval,
-                                            args.timeout))
+            wait_healthy(health_port, 120.0)  # start-up (imports, login) is not part of the figures
+            figures = asyncio.run(run_bench(url, operator.pid, emulator.pid, args.experiments, args.workers,
+                                            args.interval, args.timeout, args.rounds))
         finally:
             for proc in (operator, emulator):
                 if proc is not None:
@@ -164,7 +211,11 @@ def main() -> int:
     print(f"  operator RSS: {figures['operator_rss_mb_before']} MB idle, {figures['operator_rss_mb_after']} MB "
           f"after, {figures['operator_rss_mb_peak']} MB peak  (target < 150 MB)")
     print(f"  CPU during the run: operator {figures['operator_cpu_seconds']} s, "
-          f"emulator {figures['emulator_cpu_seconds']} s")
+          f"emulator {figures['emulator_cpu_seconds']} s; machine load average {figures['load_average']:.1f}")
+    if figures["rounds"] > 1:
+        print(f"  churn: p99 per round {figures['p99_seconds_per_round']} s; "
+              f"delete -> children gone per round {figures['delete_seconds_per_round']} s; "
+              f"operator RSS after each round {figures['operator_rss_mb_per_round']} MB")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0 if figures["complete"] == figures["experiments"] else 1

@@ -38,6 +38,7 @@ import kmock
 import yaml
 
 MAX_EVENTS_KEPT = 20_000
+MAX_EVENT_OBJECTS = 5_000  # Kubernetes Events expire (1 h by default); here the oldest go first
 
 Key = tuple[str, str, str, str]  # (group, plural, namespace or "", name)
 
@@ -298,12 +299,49 @@ def _with_path(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 # --- the emulator --------------------------------------------------------------------------------------
 
 
+class _Store:
+    """Objects by kind, with an index of dependents by owner uid (so lists and GC never scan everything)."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        self.dependents: dict[str, set[Key]] = {}
+        self.uids: set[str] = set()
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        return self.kinds.get(key[:2], {}).get(key[2:])
+
+    def __contains__(self, key: Key) -> bool:
+        return key[2:] in self.kinds.get(key[:2], {})
+
+    def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
+        self._unindex(key)
+        self.kinds.setdefault(key[:2], {})[key[2:]] = obj
+        self.uids.add(obj["metadata"]["uid"])
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            self.dependents.setdefault(ref.get("uid"), set()).add(key)
+
+    def pop(self, key: Key) -> dict[str, Any] | None:
+        self._unindex(key)
+        return self.kinds.get(key[:2], {}).pop(key[2:], None)
+
+    def _unindex(self, key: Key) -> None:
+        old = self.get(key)
+        if old is None:
+            return
+        self.uids.discard(old["metadata"]["uid"])
+        for ref in old["metadata"].get("ownerReferences") or []:
+            self.dependents.get(ref.get("uid"), set()).discard(key)
+
+    def of_kind(self, group: str, plural: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.kinds.get((group, plural), {})
+
+
 @attrs.define(kw_only=True)
 class KubeApiEmulator(kmock.KubernetesEmulator):
     """KMock's Kubernetes emulator with a store that behaves like the API server (see module doc)."""
 
     _types: dict[tuple[str, str], ResourceType] = attrs.field(factory=dict, init=False)
-    _store: dict[Key, dict[str, Any]] = attrs.field(factory=dict, init=False)
+    _store: _Store = attrs.field(factory=_Store, init=False)
     _events: list[_Event] = attrs.field(factory=list, init=False)
     _rv: int = attrs.field(default=0, init=False)
     _tick: asyncio.Event | None = attrs.field(default=None, init=False)
@@ -454,8 +492,8 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
 
     def _select(self, group: str, plural: str, namespace: str | None, labels: str | None,
                 fields: str | None) -> Iterator[dict[str, Any]]:
-        for (g, p, ns, _), obj in self._store.items():
-            if g != group or p != plural or (namespace is not None and ns != namespace):
+        for (ns, _), obj in self._store.of_kind(group, plural).items():
+            if namespace is not None and ns != namespace:
                 continue
             if labels and not label_selector_matches(labels, obj["metadata"].get("labels") or {}):
                 continue
@@ -532,7 +570,12 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         if rtype.namespaced:
             self._ensure_namespace(meta["namespace"])
         self._store[key] = obj
-        return self._publish(rtype, "ADDED", obj)
+        created = self._publish(rtype, "ADDED", obj)
+        bucket = self._store.of_kind(rtype.group, rtype.plural)
+        if rtype.kind == "Event" and len(bucket) > MAX_EVENT_OBJECTS:
+            ns, oldest = next(iter(bucket))
+            self._remove(rtype, (rtype.group, rtype.plural, ns, oldest), bucket[(ns, oldest)], orphan=True)
+        return created
 
     def _ensure_namespace(self, namespace: str) -> None:
         """Namespaces appear on first use (the real API server would answer 404 for a missing one)."""
@@ -625,7 +668,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         return self._remove(rtype, key, obj, orphan=orphan)
 
     def _remove(self, rtype: ResourceType, key: Key, obj: dict[str, Any], *, orphan: bool) -> dict[str, Any]:
-        self._store.pop(key, None)
+        self._store.pop(key)
         gone = self._publish(rtype, "DELETED", {**obj, "metadata": dict(obj["metadata"])})
         if not orphan:
             self._collect_garbage(obj["metadata"]["uid"])
@@ -633,10 +676,12 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
 
     def _collect_garbage(self, owner_uid: str) -> None:
         """Delete the dependents whose owners are all gone (the garbage collector, background policy)."""
-        live_uids = {o["metadata"]["uid"] for o in self._store.values()}
-        for (group, plural, ns, name), obj in list(self._store.items()):
+        for group, plural, ns, name in sorted(self._store.dependents.pop(owner_uid, set())):
+            obj = self._store.get((group, plural, ns, name))
+            if obj is None:
+                continue
             owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
-            if owner_uid in owners and not (owners & live_uids):
+            if not (owners & self._store.uids):
                 with contextlib.suppress(ApiError):
                     self._delete(self._types[(group, plural)], ns or None, name, orphan=False)
 
