@@ -85,7 +85,7 @@ class StandInCluster:
 
     def pod_has_process(self, namespace: str, name: str) -> bool:
         assert self.runner is not None
-        return self.runner.process_of(namespace, name) is not None
+        return self.runner.has_processes(namespace, name)
 
     def diagnostics(self, namespace: str, lines: int = 40) -> str:
         """The operator's log and every pod's log, tails only, for a failed scenario's report."""

@@ -167,8 +167,10 @@ def test_deleting_a_pod_stops_its_processes_even_those_that_left_its_session(clu
     api.create_namespaced_pod(NS, _pod("lingerer", LINGER, terminationGracePeriodSeconds=1))
     pids = _wait(lambda: _pids(runner, "lingerer"), what="the pod's pids")
     assert all(_alive(pid) for pid in pids)
+    assert runner.has_processes(NS, "lingerer")
     api.delete_namespaced_pod("lingerer", NS)
     _wait(lambda: not any(_alive(pid) for pid in pids), timeout=20, what="the pod's processes to end")
+    _wait(lambda: not runner.has_processes(NS, "lingerer"), what="the runner to see them gone")
 
 
 def test_a_killed_process_fails_the_pod_and_a_missing_secret_keeps_it_pending(cluster):

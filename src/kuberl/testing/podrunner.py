@@ -44,7 +44,12 @@ from kubernetes.client.rest import ApiException
 
 from kuberl.testing import localpod
 from kuberl.testing.localpod import Endpoint, PodSetupError
-from kuberl.testing.process_tree import MARKER_VARIABLE, start_process, stop_process_tree
+from kuberl.testing.process_tree import (
+    MARKER_VARIABLE,
+    processes_with_marker,
+    start_process,
+    stop_process_tree,
+)
 
 STATUS_PORT = 8080
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -129,6 +134,7 @@ class PodRunner:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._stoppers: list[threading.Thread] = []
+        self._being_stopped: dict[str, _Pod] = {}  # deleted pods whose processes are being stopped
         self.errors: list[str] = []
 
     # -- lifecycle --
@@ -175,6 +181,13 @@ class PodRunner:
                 if (pod.namespace, pod.name) == (namespace, name) and pod.state == "running":
                     return pod.process
         return None
+
+    def has_processes(self, namespace: str, name: str) -> bool:
+        """Whether any process of the pod (or of a deleted pod of that name being stopped) is alive."""
+        with self._lock:
+            pods = [p for p in [*self._pods.values(), *self._being_stopped.values()]
+                    if (p.namespace, p.name) == (namespace, name) and p.process is not None]
+        return any(p.process.poll() is None or processes_with_marker(p.marker) for p in pods if p.process)
 
     def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> bool:
         """Signal the pod's main process (as a crash would); False if it is not running."""
@@ -386,6 +399,7 @@ class PodRunner:
 
     def _stop_deleted(self, pod: _Pod, body: dict[str, Any] | None) -> None:
         del self._pods[pod.uid]
+        self._being_stopped[pod.uid] = pod
         process = pod.process
         grace = 0.0
         if body is not None:
@@ -405,6 +419,7 @@ class PodRunner:
                         raise
             with self._lock:
                 self._release(pod)
+                self._being_stopped.pop(pod.uid, None)
 
         if process is None or process.poll() is not None:
             stop()
