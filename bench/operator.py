@@ -150,6 +150,8 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
                 deletions.append(max(gone.get(c, time.perf_counter()) for c in children) - deleted_at)
             rss_rounds.append(round(rss_mb(operator_pid)[0], 1))
         total = time.perf_counter() - started
+        async with session.get("/_emulator/requests") as resp:
+            requests = await resp.json()
         rss_after, rss_peak = rss_mb(operator_pid)
         cpu_operator = cpu_seconds(operator_pid) - cpu_before[0]
         cpu_emulator = cpu_seconds(emulator_pid) - cpu_before[1]
@@ -166,7 +168,8 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
             "operator_rss_mb_before": round(rss_before, 1), "operator_rss_mb_after": round(rss_after, 1),
             "operator_rss_mb_peak": round(rss_peak, 1), "operator_rss_mb_per_round": rss_rounds,
             "operator_cpu_seconds": round(cpu_operator, 2), "emulator_cpu_seconds": round(cpu_emulator, 2),
-            "load_average": os.getloadavg()[0]}
+            "load_average": os.getloadavg()[0],
+            "api_requests": dict(sorted(requests.items(), key=lambda kv: -kv[1]))}
 
 
 def main() -> int:
@@ -212,6 +215,7 @@ def main() -> int:
           f"after, {figures['operator_rss_mb_peak']} MB peak  (target < 150 MB)")
     print(f"  CPU during the run: operator {figures['operator_cpu_seconds']} s, "
           f"emulator {figures['emulator_cpu_seconds']} s; machine load average {figures['load_average']:.1f}")
+    print(f"  API requests (all clients, bench included): {figures['api_requests']}")
     if figures["rounds"] > 1:
         print(f"  churn: p99 per round {figures['p99_seconds_per_round']} s; "
               f"delete -> children gone per round {figures['delete_seconds_per_round']} s; "

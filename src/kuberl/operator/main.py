@@ -36,7 +36,8 @@ def run_operator(namespaces: list[str] | None = None, all_namespaces: bool = Fal
     if standalone is None:
         standalone = os.environ.get("KUBERL_PEERING", "on").lower() in ("off", "false", "0")
     clusterwide, chosen = watch_scope(namespaces or [], all_namespaces, settings.watch_namespaces)
-    kopf.configure(verbose=os.environ.get("KUBERL_LOG_LEVEL", "").lower() == "debug")
+    level = os.environ.get("KUBERL_LOG_LEVEL", "warning").lower()  # Kopf logs every handler run at info
+    kopf.configure(verbose=level == "debug", quiet=level not in ("debug", "info"))
     if metrics_port:
         start_http_server(metrics_port, addr=host, registry=REGISTRY)
     # Peering keeps two operators from serving one experiment (Kopf has no leader election). The named

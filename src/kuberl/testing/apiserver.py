@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import copy
 import datetime
@@ -38,6 +39,7 @@ import kmock
 import yaml
 
 MAX_EVENTS_KEPT = 20_000
+STATS_PATH = "/_emulator/requests"
 MAX_EVENT_OBJECTS = 5_000  # Kubernetes Events expire (1 h by default); here the oldest go first
 
 Key = tuple[str, str, str, str]  # (group, plural, namespace or "", name)
@@ -347,6 +349,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     _tick: asyncio.Event | None = attrs.field(default=None, init=False)
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
     _fault_hits: int = attrs.field(default=0, init=False)
+    request_counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -431,10 +434,14 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         Resource requests skip KMock's request recording and DSL matching: they cost more than the
         store itself, and an emulator under load (the operator benchmark) must not grow without bound.
         """
+        if raw_request.path == STATS_PATH:  # request counts, for benchmarks
+            return aiohttp.web.json_response(dict(self.request_counts))
         target = _resource_target(raw_request.path)
         if target is None:
             return await super().__call__(raw_request)
         group, plural, namespace, name, sub = target
+        watch = raw_request.query.get("watch", "").lower() in ("true", "1")
+        self.request_counts[f"{'WATCH' if watch else raw_request.method} {plural}{'/' + sub if sub else ''}"] += 1
         body = await raw_request.read()
         try:
             data = json.loads(body) if body else None
