@@ -235,13 +235,14 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     store, run = _resolve_run(experiment, options)
     if "KUBERL_ATTEMPT" not in os.environ:
         status.update(attempt=run.next_attempt())
+    run.attempt = status.attempt  # an older head can no longer rewrite this attempt's results
 
     if options.in_cluster:
         expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
         _connect_cluster(expected, options.node_wait_seconds, out)
 
     from kuberl.trainer.config import algorithm_config_for
-    from kuberl.trainer.storage.checkpoints import CheckpointWriter, latest_checkpoint, read_checkpoint
+    from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
 
     algo = algorithm_config_for(experiment).build()
     termination = _Termination()
@@ -252,12 +253,15 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
         status.update(lastCheckpoint=info.uri)
 
+    # before_commit: results.jsonl reaches the store before a checkpoint's manifest, so a kill
+    # right after a checkpoint never loses the result line of the iteration it holds.
     checkpoints = CheckpointWriter(store, keep=experiment.spec.checkpoint.keep, attempt=status.attempt,
-                                   on_written=on_written)
+                                   on_written=on_written, before_commit=run.flush)
     try:
-        latest = latest_checkpoint(store)
-        if latest is not None:
-            algo.set_state(read_checkpoint(store, latest))
+        restored = restore_latest(store)  # falls back past a checkpoint that no longer verifies
+        if restored is not None:
+            files, latest = restored
+            algo.set_state(files)
             run.truncate_results(latest.iteration)
             status.update(iteration=latest.iteration, timesteps=latest.timesteps, lastCheckpoint=latest.uri)
             print(f"resuming from {latest.uri} (iteration {latest.iteration}, {latest.timesteps:,} steps)",
