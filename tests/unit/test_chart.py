@@ -119,7 +119,9 @@ def test_chart_crd_is_the_generated_crd(helm):
     assert set(crds) == {"rlexperiments.kuberl.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
     generated = yaml.safe_load((ROOT / "crds" / "rlexperiment.yaml").read_text())
     rendered = crds["rlexperiments.kuberl.io"]
-    assert rendered["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert rendered["metadata"].pop("annotations") == {
+        "helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Delete=false"
+    }
     assert rendered == generated
     for crd in crds.values():
         assert crd["metadata"].get("annotations", {}).get("helm.sh/resource-policy", "keep") == "keep"

@@ -32,6 +32,7 @@ def test_chart_crd_matches_the_api_types():
     chart_crd = yaml.safe_load(body)
     assert chart_crd["spec"] == build_crd()["spec"]
     assert chart_crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert chart_crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Delete=false"
 
 
 def _walk(node, path="$"):

@@ -146,7 +146,12 @@ def render_crd() -> str:
 def render_chart_crd() -> str:
     """The chart's copy: the same CRD, behind the crds.install toggle and kept on uninstall."""
     crd = build_crd()
-    crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    # Helm keeps the CRD on uninstall; Argo CD ignores that annotation and needs its own,
+    # or deleting the Application would delete the CRD and every experiment with it.
+    crd["metadata"]["annotations"] = {
+        "helm.sh/resource-policy": "keep",
+        "argocd.argoproj.io/sync-options": "Delete=false",
+    }
     body = yaml.safe_dump(crd, sort_keys=False, width=120)
     return (
         "# Generated from src/kuberl/api/types.py by `make crds`. Do not edit.\n"
