@@ -112,6 +112,7 @@ def test_deleting_an_experiment_removes_every_child(cluster, experiments):
     name = unique_name("delete")
     experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 1_000_000}))
     head = experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
+    experiments.wait_phase(name, "Running")  # Ray's daemons and the trainer are up: all must stop
     children = experiments.children(name)
     assert all(children.values()), children  # a pod, the Service, ConfigMap, token Secret, NetworkPolicy
     experiments.delete(name)
