@@ -75,6 +75,7 @@ def test_save_then_restore_gives_the_same_actions(tmp_path: Path) -> None:
         observations = np.random.default_rng(0).normal(0, 0.5, size=(20, 4)).astype(np.float32)
         expected = [algo.compute_single_action(o) for o in observations]
         counters = (algo.iteration, algo.timesteps, algo.episodes, algo.episode_return_mean)
+        value_scale = (algo.value_scale.stats.mean, algo.value_scale.stats.std)
     finally:
         algo.stop()
     fresh = cartpole(seed=99, observation_filter="mean_std").build()
@@ -85,6 +86,7 @@ def test_save_then_restore_gives_the_same_actions(tmp_path: Path) -> None:
         assert before != expected  # an untrained policy acts otherwise, so the check means something
         assert (fresh.iteration, fresh.timesteps, fresh.episodes, fresh.episode_return_mean) == counters
         assert fresh.obs_filter.get_state().count == algo.obs_filter.get_state().count > 0
+        assert (fresh.value_scale.stats.mean, fresh.value_scale.stats.std) == value_scale
         assert fresh.train()["iteration"] == counters[0] + 1
     finally:
         fresh.stop()
@@ -104,3 +106,36 @@ def test_pendulum_gaussian_actions_train_and_stay_in_bounds() -> None:
     assert result["timesteps"] == 200 and np.isfinite(result["learner"]["policyLoss"])
     assert np.shape(action) == (1,)
     assert evaluation["episodes"] == 1 and evaluation["episodeLengthMean"] == 200
+
+
+def test_learner_gpus_without_a_visible_gpu_warns_and_trains_on_the_cpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        algo = cartpole().resources(learner_gpus=1).build()
+        try:
+            assert algo.device.type == "cuda"
+            assert next(algo.model.parameters()).is_cuda
+            assert algo.train()["timesteps"] > 0
+        finally:
+            algo.stop()
+        return
+    with pytest.warns(RuntimeWarning, match="spec.learner.gpus"):
+        algo = cartpole().resources(learner_gpus=1).build()
+    try:
+        assert algo.device.type == "cpu"
+        assert algo.train()["timesteps"] > 0
+    finally:
+        algo.stop()
+
+
+def test_value_scale_normalises_targets_and_inverts() -> None:
+    from kuberl.trainer.ppo import ValueScale
+
+    scale = ValueScale()
+    returns = np.random.default_rng(0).normal(-800.0, 300.0, size=4096)
+    assert scale.denormalize(np.array([2.0]))[0] == pytest.approx(2.0)  # the identity before any data
+    scale.update(returns)
+    normalised = scale.normalize(returns)
+    assert normalised.mean() == pytest.approx(0.0, abs=1e-3) and normalised.std() == pytest.approx(1.0, abs=1e-3)
+    assert scale.denormalize(normalised) == pytest.approx(returns, rel=1e-4)

@@ -25,11 +25,13 @@ from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.advantages import compute_gae
 from kuberl.trainer.algorithm import Algorithm, torch_bytes, torch_load_bytes
 from kuberl.trainer.config import AlgorithmConfig
+from kuberl.trainer.filters import RunningStats, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.models import ActorCritic, NumpyMLP, state_dict_to_numpy
 from kuberl.trainer.rollout import SampleBatch, WorkerSet
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"
+VALUE_SCALE_FILE = "value_scale.npz"
 
 
 class PPOConfig(AlgorithmConfig):
@@ -108,12 +110,38 @@ def _torch_state_bytes(module: nn.Module | torch.optim.Optimizer) -> bytes:
     return torch_bytes(module.state_dict())
 
 
+class ValueScale:
+    """Running mean and std of value targets, so the critic learns unit-scale targets whatever the rewards.
+
+    Pendulum's returns reach -1500 while CartPole's stay under 100: with the
+    critic's targets normalised, one learning rate and value clip fit both. The
+    count is capped so the statistics follow returns that grow as the policy learns.
+    """
+
+    MAX_COUNT = 100_000
+
+    def __init__(self) -> None:
+        self.stats = RunningStats(())
+
+    def update(self, returns: np.ndarray) -> None:
+        self.stats.push_batch(returns)
+        self.stats.count = min(self.stats.count, self.MAX_COUNT)
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.stats.mean) / (self.stats.std + 1e-8)).astype(np.float32)
+
+    def denormalize(self, x: np.ndarray) -> np.ndarray:
+        return (x * (self.stats.std + 1e-8) + self.stats.mean).astype(np.float32)
+
+
 class PPO(Algorithm):
     params: PPOParams
+    value_normalization = True
 
     def setup(self) -> None:
         p = self.params
         self.model = ActorCritic(self.observation_space, self.action_space, p.hidden, p.activation).to(self.device)
+        self.value_scale = ValueScale()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.lr, eps=1e-5, foreach=True)
         if p.anneal_lr and self.spec.stop.timesteps is None:
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
@@ -153,7 +181,7 @@ class PPO(Algorithm):
             d = batch.data
             with torch.no_grad():
                 both = torch.as_tensor(np.stack([d["obs"], d["next_obs"]]), device=self.device)
-                values, next_values = self.model.value(both).cpu().numpy()
+                values, next_values = self.value_scale.denormalize(self.model.value(both).cpu().numpy())
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
             advantages, returns = compute_gae(
                 d["rewards"], values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
@@ -163,7 +191,12 @@ class PPO(Algorithm):
                 "obs": d["obs"][valid], "actions": d["actions"][valid], "logp": d["logp"][valid],
                 "values": values[valid].astype(np.float32), "advantages": advantages[valid], "returns": returns[valid],
             })
-        return {k: torch.as_tensor(np.concatenate([part[k] for part in parts]), device=self.device) for k in parts[0]}
+        merged = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+        if self.value_normalization:
+            self.value_scale.update(merged["returns"])
+            merged["returns"] = self.value_scale.normalize(merged["returns"])
+            merged["values"] = self.value_scale.normalize(merged["values"])
+        return {k: torch.as_tensor(v, device=self.device) for k, v in merged.items()}
 
     def anneal_learning_rate(self, env_steps: int) -> None:
         p = self.params
@@ -222,9 +255,16 @@ class PPO(Algorithm):
         return actions.cpu().numpy()
 
     def learner_state(self) -> dict[str, bytes]:
-        return {MODEL_FILE: _torch_state_bytes(self.model), OPTIMIZER_FILE: _torch_state_bytes(self.optimizer)}
+        return {
+            MODEL_FILE: _torch_state_bytes(self.model),
+            OPTIMIZER_FILE: _torch_state_bytes(self.optimizer),
+            VALUE_SCALE_FILE: stats_to_bytes(self.value_scale.stats),
+        }
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
+        value_stats = stats_from_bytes(files.get(VALUE_SCALE_FILE, b""))
+        if value_stats is not None:
+            self.value_scale.stats = value_stats
         self.model.load_state_dict(torch_load_bytes(files[MODEL_FILE], self.device))
         if OPTIMIZER_FILE in files:
             self.optimizer.load_state_dict(torch_load_bytes(files[OPTIMIZER_FILE], self.device))
