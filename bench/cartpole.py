@@ -2,6 +2,7 @@
 
     make bench-deps                      # RLlib 2.60 into .venv-rllib (never a kuberl dependency)
     .venv/bin/python -m bench.cartpole   # both, their ratios; --kuberl-only skips RLlib
+    .venv/bin/python -m bench.cartpole --defaults-check   # PPO defaults on CartPole, Acrobot, Pendulum
 
 kuberl runs in this process with its PPO defaults (workers=0, the fast path).
 RLlib runs as a subprocess of .venv-rllib's python with its new API stack
@@ -55,11 +56,15 @@ ray.shutdown()
 '''
 
 
-def run_kuberl(target: float, seed: int, cap_seconds: float, workers: int) -> dict[str, Any]:
+# Returns that count as solved, for --defaults-check: PPO's default hyperparameters on each env.
+SOLVED = {"CartPole-v1": 450.0, "Acrobot-v1": -100.0, "Pendulum-v1": -250.0}
+
+
+def run_kuberl(target: float, seed: int, cap_seconds: float, workers: int, env: str = "CartPole-v1") -> dict[str, Any]:
     from kuberl.trainer.ppo import PPOConfig
 
     started = time.perf_counter()
-    algo = PPOConfig().environment("CartPole-v1").rollouts(workers=workers).debugging(seed=seed).build()
+    algo = PPOConfig().environment(env).rollouts(workers=workers).debugging(seed=seed).build()
     startup = time.perf_counter() - started
     sample_seconds = 0.0
     t0 = time.perf_counter()
@@ -136,6 +141,18 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}" if a and b else "n/a"
 
 
+def defaults_check(seeds: str, cap_seconds: float) -> int:
+    failures = 0
+    for env, target in SOLVED.items():
+        for seed in (int(s) for s in seeds.split(",")):
+            run = run_kuberl(target, seed, cap_seconds, workers=0, env=env)
+            failures += not run["reached"]
+            print(f"{env} seed {seed}: {'solved' if run['reached'] else 'NOT solved'} ({target:g}) after "
+                  f"{run['timesteps']} env steps, {run['timeSeconds']:.1f} s, return mean {run['episodeReturnMean']:.1f}",
+                  flush=True)
+    return 1 if failures else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", type=float, default=450.0)
@@ -147,7 +164,11 @@ def main() -> int:
     parser.add_argument("--rllib-timeout", type=float, default=300.0)
     parser.add_argument("--rllib-seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--defaults-check", action="store_true",
+                        help="instead: kuberl PPO defaults on CartPole-v1, Acrobot-v1 and Pendulum-v1 to a solved return")
     args = parser.parse_args()
+    if args.defaults_check:
+        return defaults_check(args.seeds, args.kuberl_timeout * 5)
 
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
