@@ -66,7 +66,7 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
                              "--metrics-port", str(metrics_port), "--health-port", str(health_port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: _get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200, timeout=60, what="liveness")
+        wait_for(lambda: _get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200, timeout=120, what="liveness")
         configuration = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         api = kubernetes.client.ApiClient(configuration)
@@ -78,11 +78,11 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
         def pods(ns: str) -> list[dict]:
             return json.loads(core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
 
-        head = wait_for(lambda: pods("watched"), timeout=30, what="head pod in the watched namespace")[0]
+        head = wait_for(lambda: pods("watched"), timeout=60, what="head pod in the watched namespace")[0]
         assert head["spec"]["containers"][0]["image"] == "example/trainer:test"
         text = wait_for(lambda: "kuberl_operator_experiments{phase=\"Pending\"} 1.0"
                         in _get(f"http://127.0.0.1:{metrics_port}/metrics")[1]
-                        and _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=20, what="metrics")
+                        and _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=60, what="metrics")
         assert 'kuberl_operator_reconciles_total{result="success"}' in text
         assert "kuberl_operator_reconcile_duration_seconds_bucket" in text
         assert pods("other") == []  # outside the operator's namespaces
