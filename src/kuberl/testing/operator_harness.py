@@ -39,7 +39,7 @@ def experiment_body(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RLExperiment", "metadata": {"name": name}, "spec": base}
 
 
-def wait_for(check: Callable[[], T], timeout: float = 15.0, interval: float = 0.05, what: str = "") -> T:
+def wait_for(check: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> T:
     """Poll until `check()` is truthy; its value, or AssertionError naming what did not happen."""
     deadline = time.monotonic() + timeout
     last: Any = None
