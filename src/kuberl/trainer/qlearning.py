@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.models import ACTIVATIONS, layer, load_numpy_state_dict, obs_size, state_dict_to_numpy
+from kuberl.trainer.models import ACTIVATIONS, layer, obs_size, state_dict_to_numpy
 from kuberl.trainer.nstep import nstep_transitions, q_targets, weighted_huber_loss
 from kuberl.trainer.rollout import SampleBatch
 
@@ -47,6 +47,11 @@ class QNetwork(nn.Module):
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
+def load_weights(network: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """Load numpy weights; copies, since arrays from Ray's object store are read-only."""
+    network.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+
+
 def build_q_network(observation_space: gym.Space, action_space: gym.Space, params: DQNParams) -> QNetwork:
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(f"DQN needs a Discrete action space, got {action_space}")
@@ -67,7 +72,7 @@ class QPolicy:
             self.epsilon = float(epsilon)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        load_numpy_state_dict(self.network, weights)
+        load_weights(self.network, weights)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -126,9 +131,12 @@ def local_priorities(policy: QPolicy, transitions: dict[str, np.ndarray]) -> np.
 
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
     """numpy -> torch on `device`; on a GPU through pinned memory with non-blocking copies."""
+    # Arrays from Ray's object store are read-only views; torch wants memory it may write.
+    tensors = {k: torch.from_numpy(v if v.flags.writeable and v.flags.c_contiguous else np.array(v))
+               for k, v in batch.items()}
     if device.type == "cpu":
-        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
-    return {k: torch.from_numpy(np.ascontiguousarray(v)).pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+        return tensors
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
 
 
 class QLearner:
