@@ -66,6 +66,9 @@ class DQNParams(CommonParams):
 class ApexDQNParams(DQNParams):
     lr: float = Field(5e-4, gt=0, le=1.0)
     train_batch_size: int = Field(256, ge=1)
+    replay_ratio: float = Field(
+        1 / 32, gt=0, description="Ape-X: learner updates per env step that sampling waits for (8 samples per step)."
+    )
     learning_starts: int = Field(5_000, ge=0)
     target_update_interval: int = Field(200, ge=1)
     worker_epsilon_base: float = Field(0.4, gt=0, le=1, description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)).")
@@ -74,6 +77,9 @@ class ApexDQNParams(DQNParams):
     prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
     max_replay_ratio: float | None = Field(
         8.0, gt=0, description="Upper bound on sampled/added transitions, so the learner cannot overfit a small buffer."
+    )
+    min_iteration_seconds: float = Field(
+        1.0, gt=0, le=3600, description="Ape-X: wall time one train() iteration (one results line) covers."
     )
 
 
