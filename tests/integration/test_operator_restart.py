@@ -12,7 +12,7 @@ import pytest
 
 from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
 
-NAMESPACES = ["restart-a", "restart-b", "restart-c"]
+NAMESPACES = ["restart-c"] + [f"restart-step-{i}" for i in range(8)]
 CHILDREN = (("pods", "exp-head", ""), ("pods", "exp-worker-0", ""), ("pods", "exp-worker-1", ""),
             ("configmaps", "exp-config", ""), ("services", "exp-head", ""), ("secrets", "exp-ray-token", ""),
             ("networkpolicies", "exp-ray", "networking.k8s.io"))
@@ -41,33 +41,28 @@ def assert_created_once(h, ns: str) -> None:
         assert h.created_count(ns, plural, name, group) == 1, (plural, name)
 
 
-def test_crash_between_creating_the_head_and_its_workers(harness):
-    ns = "restart-a"
+# Every write of a first reconcile, in order: (method, path pattern, matching requests let through).
+STEPS = [
+    ("POST", r"/secrets$", 0), ("POST", r"/configmaps$", 0), ("POST", r"/services$", 0),
+    ("POST", r"/networkpolicies$", 0), ("POST", r"/pods$", 0), ("POST", r"/pods$", 1), ("POST", r"/pods$", 2),
+    ("PATCH", r"/rlexperiments/exp/status$", 0),
+]
+
+
+@pytest.mark.parametrize(("index", "step"), list(enumerate(STEPS)), ids=[f"{m} {p} +{k}" for m, p, k in STEPS])
+def test_crash_at_each_step_of_a_reconcile_makes_nothing_twice(harness, index, step):
+    ns = f"restart-step-{index}"
+    method, pattern, skip = step
     hits = fault_hits(harness)
-    fault(harness, "POST", rf"/namespaces/{ns}/pods$", skip=1)  # the head goes through, the workers fail
+    fault(harness, method, rf"/namespaces/{ns}{pattern}", skip=skip)
     harness.apply(ns, experiment_body("exp", workers={"replicas": 2}))
-    wait_for(lambda: fault_hits(harness) > hits, what="a failed worker creation")
-    harness.stop_operator()
+    wait_for(lambda: fault_hits(harness) > hits, what=f"the reconcile to reach {method} {pattern}")
+    harness.stop_operator()  # the crash: the reconcile stops right there
     clear(harness)
-    assert sorted(harness.pods(ns)) == ["exp-head"]
     harness.start_operator()
     wait_for(lambda: len(harness.pods(ns)) == 3, what="all pods after the restart")
-    wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1)
-    assert_created_once(harness, ns)
-
-
-def test_crash_before_the_status_is_written(harness):
-    ns = "restart-b"
-    fault(harness, "PATCH", rf"/namespaces/{ns}/rlexperiments/exp/status$")
-    harness.apply(ns, experiment_body("exp", workers={"replicas": 2}))
-    wait_for(lambda: len(harness.pods(ns)) == 3, what="children created")
+    wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1, what="the status after the restart")
     time.sleep(0.5)
-    harness.stop_operator()
-    clear(harness)
-    assert harness.status(ns, "exp") == {}  # the crash left no status behind
-    harness.start_operator()
-    wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1, what="status after the restart")
-    time.sleep(1.0)
     assert_created_once(harness, ns)
     assert harness.status(ns, "exp")["phase"] == "Pending"
 
