@@ -32,6 +32,7 @@ class Cluster(Protocol):
     trainer_image: str
 
     def kill_pod_process(self, namespace: str, name: str) -> None: ...
+    def restart_operator(self) -> None: ...
     def pod_has_process(self, namespace: str, name: str) -> bool: ...
     def diagnostics(self, namespace: str, lines: int = 40) -> str: ...
     def s3_credentials(self) -> dict[str, Any]: ...
@@ -123,17 +124,20 @@ class Experiments:
 
     def children(self, name: str) -> dict[str, list[str]]:
         """Every kind of child object the operator makes, by name (empty lists when all are gone)."""
+        return {kind: sorted(objects) for kind, objects in self.child_uids(name).items()}
+
+    def child_uids(self, name: str) -> dict[str, dict[str, str]]:
+        """Every kind of child object the operator makes: name -> uid (a recreated object has a new uid)."""
         selector = f"{EXPERIMENT_LABEL}={name}"
         ns = self.namespace
-        return {
-            "pods": [p.metadata.name for p in self.core.list_namespaced_pod(ns, label_selector=selector).items],
-            "services": [s.metadata.name for s in self.core.list_namespaced_service(ns, label_selector=selector).items],
-            "configmaps": [c.metadata.name for c in
-                           self.core.list_namespaced_config_map(ns, label_selector=selector).items],
-            "secrets": [s.metadata.name for s in self.core.list_namespaced_secret(ns, label_selector=selector).items],
-            "networkpolicies": [n.metadata.name for n in
-                                self.networking.list_namespaced_network_policy(ns, label_selector=selector).items],
+        listed = {
+            "pods": self.core.list_namespaced_pod(ns, label_selector=selector).items,
+            "services": self.core.list_namespaced_service(ns, label_selector=selector).items,
+            "configmaps": self.core.list_namespaced_config_map(ns, label_selector=selector).items,
+            "secrets": self.core.list_namespaced_secret(ns, label_selector=selector).items,
+            "networkpolicies": self.networking.list_namespaced_network_policy(ns, label_selector=selector).items,
         }
+        return {kind: {o.metadata.name: o.metadata.uid for o in objects} for kind, objects in listed.items()}
 
     def events(self, name: str) -> list[k8s.CoreV1Event]:
         return [e for e in self.core.list_namespaced_event(self.namespace).items

@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config
 
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kuberl,app.kubernetes.io/component=operator"
 # Kills every process of the container but its first: PID 1 ignores signals sent from inside its
 # own PID namespace, and without its Ray daemons (head) or raylet (worker) it exits with an error.
 KILL_ALL_BUT_PID_1 = ("import os, signal\n"
@@ -73,6 +74,14 @@ class KindCluster:
     def kill_pod_process(self, namespace: str, name: str) -> None:
         subprocess.run(["kubectl", "-n", namespace, "exec", name, "--", "python", "-c", KILL_ALL_BUT_PID_1],
                        check=False, timeout=60)
+
+    def restart_operator(self) -> None:
+        """Delete the operator's pod; its Deployment (Recreate) starts a new one."""
+        namespace = os.environ.get("OPERATOR_NAMESPACE", "kuberl-system")
+        subprocess.run(["kubectl", "-n", namespace, "delete", "pod", "-l", OPERATOR_SELECTOR, "--wait=true"],
+                       check=True, timeout=120)
+        subprocess.run(["kubectl", "-n", namespace, "rollout", "status", "deployment/kuberl", "--timeout=180s"],
+                       check=True, timeout=200)
 
     def pod_has_process(self, namespace: str, name: str) -> bool:
         assert self._core is not None

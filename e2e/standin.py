@@ -87,6 +87,17 @@ class StandInCluster:
         assert self.runner is not None
         return self.runner.has_processes(namespace, name)
 
+    def restart_operator(self) -> None:
+        """Stop the operator (SIGTERM, as a rollout would) and start a new one."""
+        assert self._operator is not None
+        self._operator.send_signal(signal.SIGTERM)
+        try:
+            self._operator.wait(30)
+        except subprocess.TimeoutExpired:
+            self._operator.kill()
+            self._operator.wait(5)
+        self._start_operator()
+
     def diagnostics(self, namespace: str, lines: int = 40) -> str:
         """The operator's log and every pod's log, tails only, for a failed scenario's report."""
         parts = [_tail("operator", self.operator_log, lines * 2)]
@@ -140,7 +151,7 @@ class StandInCluster:
                "KUBERL_STATUS_PORT": str(self.status_port), "KUBERL_STATUS_POLL_SECONDS": "1",
                "KUBERL_DEFAULT_HEAD_CPU": "1", "KUBERL_DEFAULT_HEAD_MEMORY": "2Gi",
                "KUBERL_DEFAULT_WORKER_CPU": "1", "KUBERL_DEFAULT_WORKER_MEMORY": "1Gi"}
-        log = open(self.operator_log, "wb")  # noqa: SIM115 (the child owns it)
+        log = open(self.operator_log, "ab")  # noqa: SIM115 (the child owns it)
         self._operator = subprocess.Popen(
             [str(BIN / "kuberl"), "operator", "--all-namespaces", "--metrics-port", str(self.metrics_port),
              "--health-port", str(self.health_port)], env=env, stdout=log, stderr=subprocess.STDOUT)

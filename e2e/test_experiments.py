@@ -54,7 +54,7 @@ def test_apply_runs_to_success_with_checkpoints_traces_and_a_summary(cluster, ex
 
 def test_a_lost_worker_is_recreated_and_the_run_still_succeeds(cluster, experiments):
     name = unique_name("worker-loss")
-    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 6400}))
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 6400}, ttlSecondsAfterFinished=3))
     worker = experiments.wait(name, lambda: experiments.running_pod(name, "worker"), "a running worker pod")
     experiments.wait_phase(name, "Running")
     cluster.kill_pod_process(cluster.namespace, worker.metadata.name)
@@ -68,6 +68,29 @@ def test_a_lost_worker_is_recreated_and_the_run_still_succeeds(cluster, experime
     assert status["phase"] == "Succeeded", experiments.explain(name)
     assert status["attempt"] == 1  # losing a worker does not restart the head
     assert status["timesteps"] >= 6400
+    # ttlSecondsAfterFinished: the pods go, the resource and its summary stay.
+    experiments.wait(name, lambda: not experiments.pods(name), "the pods to go after the TTL", timeout=60)
+    assert experiments.status(name)["phase"] == "Succeeded"
+
+
+def test_an_operator_restart_mid_run_makes_nothing_twice(cluster, experiments):
+    name = unique_name("restart")
+    experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 5120}))
+    experiments.wait_phase(name, "Running")
+    before = experiments.child_uids(name)
+    head = experiments.running_pod(name, "head")
+    cluster.restart_operator()
+
+    status = experiments.wait_phase(name, "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    assert status["attempt"] == 1
+    after = experiments.child_uids(name)
+    # The same objects, not recreated ones: same names and uids (the token Secret too, or workers
+    # would not get into the head's Ray cluster); the workers are gone after success.
+    assert {p.metadata.name: p.metadata.uid for p in experiments.pods(name, "head")} == \
+        {head.metadata.name: head.metadata.uid}
+    for kind in ("services", "configmaps", "secrets", "networkpolicies"):
+        assert after[kind] == before[kind], (kind, before[kind], after[kind])
 
 
 def test_a_failed_head_is_recreated_and_attempt_2_resumes_from_the_checkpoint(cluster, experiments):
