@@ -253,3 +253,27 @@ def test_ray_head_and_worker_pods_form_one_cluster_with_token_auth(cluster):
         sorted([status["podIP"], worker_ip])
     api.delete_namespaced_pod("exp-worker-0", NS)
     _wait(lambda: runner.process_of(NS, "exp-worker-0") is None, what="the worker to stop")
+
+
+def test_the_runner_runs_as_a_command_until_sigterm(tmp_path):
+    import signal
+    import subprocess
+
+    from kuberl.testing.apiserver import write_kubeconfig
+
+    with EmulatorThread(with_kuberl_crd=False) as emulator:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
+        runner = subprocess.Popen([PY, "-m", "kuberl.testing.podrunner", "--kubeconfig", str(kubeconfig),
+                                   "--work-dir", str(tmp_path / "pods")], stdout=subprocess.PIPE)
+        try:
+            configuration = k8s.Configuration()
+            configuration.host = emulator.url
+            api = k8s.CoreV1Api(k8s.ApiClient(configuration))
+            api.create_namespaced_pod(NS, _pod("hello", "print('hi', file=open('/dev/termination-log', 'w'))"))
+            status = _wait(lambda: (p := _read(api, "hello"))["status"].get("phase") == "Succeeded" and p,
+                           what="the pod to succeed")["status"]
+            assert status["containerStatuses"][0]["state"]["terminated"]["message"].strip() == "hi"
+        finally:
+            runner.send_signal(signal.SIGTERM)
+            assert runner.wait(30) == 0
+        assert b"pods under" in runner.stdout.read()
