@@ -30,6 +30,7 @@ class Cluster(Protocol):
     local_s3_endpoint: str
     s3_secret: str
     trainer_image: str
+    unpullable_image: str
 
     def kill_pod_process(self, namespace: str, name: str) -> None: ...
     def restart_operator(self) -> None: ...

@@ -36,6 +36,7 @@ class KindCluster:
         self.s3_endpoint = os.environ.get("E2E_S3_ENDPOINT", f"http://minio.{self.namespace}.svc.cluster.local:9000")
         self.s3_secret = os.environ.get("E2E_S3_SECRET", "s3-credentials")
         self.trainer_image = os.environ.get("E2E_TRAINER_IMAGE", "kuberl.local/kuberl-trainer:e2e")
+        self.unpullable_image = "kuberl.local/does-not-exist:e2e"  # in no registry the nodes can reach
         self.local_s3_endpoint = ""
         self._port_forward: subprocess.Popen | None = None
         self._core: k8s.CoreV1Api | None = None

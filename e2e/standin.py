@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ NAMESPACE = "kuberl-e2e"
 BUCKET = "kuberl-e2e"
 S3_SECRET = "s3-credentials"
 TRAINER_IMAGE = "kuberl.local/kuberl-trainer:e2e"
+UNPULLABLE_IMAGE = "kuberl.local/does-not-exist:e2e"  # the pod runner fails it as ErrImagePull
 PEERING_NAME = "kuberl"
 BIN = Path(sys.executable).parent
 
@@ -46,6 +48,7 @@ class StandInCluster:
     kind = "standin"
     namespace = NAMESPACE
     trainer_image = TRAINER_IMAGE
+    unpullable_image = UNPULLABLE_IMAGE
     s3_secret = S3_SECRET
 
     def __init__(self, work_dir: Path):
@@ -116,7 +119,7 @@ class StandInCluster:
         self._start_emulator()
         api = api_client_from_kubeconfig(str(self.kubeconfig))
         self.runner = PodRunner(api, RunnerOptions(work_dir=self.work_dir / "pods", fixed_ports={
-            STATUS_PORT: self.status_port}, extra_env=POD_ENV)).start()
+            STATUS_PORT: self.status_port}, extra_env=POD_ENV, unpullable_images=re.escape(UNPULLABLE_IMAGE))).start()
         self._create_peering(k8s.CustomObjectsApi(api))
         self._start_operator()
         self._prepare_namespace(k8s.CoreV1Api(api))

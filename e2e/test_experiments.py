@@ -131,6 +131,26 @@ def test_an_invalid_spec_fails_at_once_with_no_pods(cluster, experiments):
         [(e.type, e.reason) for e in experiments.events(name)]
 
 
+def test_an_image_that_cannot_be_pulled_fails_the_experiment_without_retrying(cluster, experiments):
+    name = unique_name("no-image")
+    experiments.apply(tiny_ppo(name, cluster, image=cluster.unpullable_image))
+    status = experiments.wait_phase(name, "Failed", timeout=180)
+    stalled = experiments.condition(name, "Stalled")
+    assert stalled.get("status") == "True" and stalled.get("reason") == "ImagePullFailed", status
+    assert cluster.unpullable_image in stalled.get("message", "")
+    assert status.get("attempt", 0) <= 1  # failed fast: no head restarts
+
+
+def test_a_missing_storage_secret_fails_the_experiment_with_no_pods(cluster, experiments):
+    name = unique_name("no-secret")
+    experiments.apply(tiny_ppo(name, cluster, storage={"secretRef": {"name": "no-such-secret"}}))
+    status = experiments.wait_phase(name, "Failed", timeout=60)
+    stalled = experiments.condition(name, "Stalled")
+    assert stalled.get("status") == "True" and stalled.get("reason") == "SecretNotFound", status
+    assert "no-such-secret" in stalled.get("message", "")
+    assert not [p for p in experiments.pods(name) if p.status.phase == "Running"]
+
+
 def test_deleting_an_experiment_removes_every_child(cluster, experiments):
     name = unique_name("delete")
     experiments.apply(tiny_ppo(name, cluster, stop={"timesteps": 1_000_000}))
