@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -115,6 +116,7 @@ class _Pod:
     started_at: str | None = None
     waiting: tuple[str, str] | None = None  # (reason, message) last written
     container: str = "main"
+    unwritten: dict[str, Any] | None = None  # a status the API did not take yet (written again next pass)
     next_try: float = 0.0
 
 
@@ -211,6 +213,9 @@ class PodRunner:
         services = self._list("list_service_for_all_namespaces")
         by_uid = {_uid(p): p for p in pods}
         with self._lock:
+            for pod in self._pods.values():
+                if pod.unwritten is not None and pod.uid in by_uid:
+                    self._write_status(pod, pod.unwritten)
             for uid, pod in list(self._pods.items()):
                 body = by_uid.get(uid)
                 if body is None or body["metadata"].get("deletionTimestamp"):
@@ -433,12 +438,17 @@ class PodRunner:
             self._pool.release(pod.ip)
 
     def _write_status(self, pod: _Pod, status: dict[str, Any]) -> None:
+        pod.unwritten = None
         try:
             self._api.patch_namespaced_pod_status(pod.name, pod.namespace, {"status": status},
                                                   _preload_content=False)
         except ApiException as exc:
             if exc.status != 404:  # a pod deleted meanwhile needs no status
-                raise
+                pod.unwritten = status
+                self.errors.append(f"status of {pod.namespace}/{pod.name}: {exc.status} {exc.reason}")
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # the API is away a moment; the next pass writes it
+            pod.unwritten = status
+            self.errors.append(f"status of {pod.namespace}/{pod.name}: {exc!r}")
 
 
 def _uid(body: Mapping[str, Any]) -> str:
