@@ -62,6 +62,22 @@ def test_latest_pointing_at_a_broken_checkpoint_falls_back(store: LocalStore) ->
     assert latest_checkpoint(store).iteration == 1
 
 
+def test_a_complete_checkpoint_newer_than_latest_wins(store: LocalStore) -> None:
+    write_checkpoint(store, 10, state(10), timesteps=100, attempt=1)
+    pointer = store.get_bytes(LATEST)
+    write_checkpoint(store, 21, state(21), timesteps=210, attempt=1)
+    store.put_bytes(LATEST, pointer)  # killed after the manifest of 21, before `latest` moved
+    assert latest_checkpoint(store).iteration == 21
+    files, info = restore_latest(store)
+    assert info.iteration == 21 and files == state(21)
+
+
+def test_a_newer_attempt_wins_over_a_higher_iteration(store: LocalStore) -> None:
+    write_checkpoint(store, 30, state(30), timesteps=300, attempt=1)
+    write_checkpoint(store, 25, state(25), timesteps=250, attempt=2)  # resumed elsewhere, then progressed
+    assert latest_checkpoint(store).iteration == 25
+
+
 def test_corrupted_file_of_same_size_is_detected_and_skipped(store: LocalStore) -> None:
     write_checkpoint(store, 1, state(1), timesteps=10)
     info2 = write_checkpoint(store, 2, state(2), timesteps=20)

@@ -130,17 +130,19 @@ def _complete(store: ObjectStore, key: str) -> CheckpointInfo | None:
     return _info(store, key, manifest) if _matches_listing(manifest, key, listing) else None
 
 
+def _newest_first(checkpoints: list[CheckpointInfo]) -> list[CheckpointInfo]:
+    return sorted(checkpoints, key=lambda c: (c.attempt, c.iteration), reverse=True)
+
+
 def latest_checkpoint(store: ObjectStore) -> CheckpointInfo | None:
-    """The checkpoint `latest` names when it is complete, else the newest complete one."""
-    pointer = _read_latest_pointer(store)
-    if pointer is not None:
-        info = _complete(store, f"{CHECKPOINTS}/{pointer['checkpoint']}")
-        if info is not None:
-            return info
-        log.warning("%s names a missing or incomplete checkpoint; using the newest complete one",
-                    store.url(LATEST))
+    """The newest complete checkpoint: the highest attempt, then the highest iteration.
+
+    `latest` is written after a checkpoint's manifest, so it can lag: a head killed between
+    the two leaves a complete checkpoint that the pointer does not name yet. Resuming from
+    the pointer would then throw away that training; the manifests are the truth.
+    """
     complete = list_checkpoints(store)
-    return complete[-1] if complete else None
+    return _newest_first(complete)[0] if complete else None
 
 
 def read_checkpoint(store: ObjectStore, info: CheckpointInfo) -> dict[str, bytes]:
@@ -161,13 +163,8 @@ def read_checkpoint(store: ObjectStore, info: CheckpointInfo) -> dict[str, bytes
 
 
 def restore_latest(store: ObjectStore) -> tuple[dict[str, bytes], CheckpointInfo] | None:
-    """The newest checkpoint that verifies: `latest` first, then complete ones newest first."""
-    candidates: list[CheckpointInfo] = []
-    first = latest_checkpoint(store)
-    if first is not None:
-        candidates.append(first)
-    candidates += [c for c in reversed(list_checkpoints(store)) if first is None or c.key != first.key]
-    for info in candidates:
+    """The newest checkpoint that verifies, falling back to older ones while newer ones do not."""
+    for info in _newest_first(list_checkpoints(store)):
         try:
             return read_checkpoint(store, info), info
         except CheckpointCorrupt as e:
