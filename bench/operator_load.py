@@ -5,17 +5,10 @@ experiments over HTTP, and watches the API for the children (head and worker pod
 Service, Secret, NetworkPolicy). Prints p50/p99/max latency and the operator's RSS.
 Targets (issue 5): p99 < 1 s, RSS < 150 MB.
 
-    .venv/bin/python bench/operator.py --experiments 100 --workers 2
+    .venv/bin/python bench/operator_load.py --experiments 100 --workers 2
 """
 
 from __future__ import annotations
-
-import sys
-
-# Run as `python bench/operator.py`, this file's folder comes first on sys.path and the file itself would
-# shadow the standard `operator` module that asyncio and collections import: drop that entry first.
-if __name__ == "__main__" and sys.path and sys.path[0].rstrip("/").endswith("bench"):
-    del sys.path[0]
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -24,6 +17,7 @@ import os  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
