@@ -27,13 +27,13 @@ class CommonParams(_Model):
 
 
 class PPOParams(CommonParams):
-    lr: float = Field(1e-3, gt=0, le=1.0)
+    lr: float = Field(2e-3, gt=0, le=1.0)
     gae_lambda: float = Field(0.95, ge=0, le=1.0)
     clip_param: float = Field(0.2, gt=0)
     vf_clip_param: float | None = Field(10.0, gt=0, description="Value clipping range; null disables it.")
     vf_coeff: float = Field(0.5, ge=0)
     entropy_coeff: float = Field(0.0, ge=0)
-    num_epochs: int = Field(4, ge=1, le=100)
+    num_epochs: int = Field(8, ge=1, le=100)
     minibatch_size: int = Field(256, ge=1)
     normalize_advantages: bool = True
     anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over stop.timesteps.")
