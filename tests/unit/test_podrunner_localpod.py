@@ -195,3 +195,18 @@ def test_a_pods_processes_are_found_by_their_environment_marker(tmp_path):
     (tmp_path / "self").mkdir()
     (tmp_path / "104").mkdir()  # a process that ended between listing and reading
     assert processes_with_marker("abc", proc_root=str(tmp_path)) == [101]
+
+
+def test_a_pods_address_goes_back_to_the_pool_once():
+    from kuberl.testing.podrunner import PodRunner, _Pod
+
+    runner = PodRunner.__new__(PodRunner)  # only the address bookkeeping, no API
+    runner._pool = AddressPool(third_octet=9)
+    pod = _Pod("uid-a", "ns", "a")
+    pod.ip, pod.holds_ip = runner._pool.acquire(), True
+    runner._release(pod)  # the pod finished
+    in_use = [runner._pool.acquire() for _ in range(253)]  # every address, pod a's last
+    assert in_use[-1] == pod.ip
+    runner._release(pod)  # then it is deleted: its old address belongs to another pod now
+    with pytest.raises(RuntimeError, match="no loopback address left"):
+        runner._pool.acquire()

@@ -107,6 +107,7 @@ class _Pod:
     name: str
     state: str = "waiting"                  # waiting -> running -> finished
     ip: str | None = None
+    holds_ip: bool = False
     ports: dict[int, int] = field(default_factory=dict)
     process: subprocess.Popen | None = None
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -137,6 +138,7 @@ class PodRunner:
         self._thread: threading.Thread | None = None
         self._stoppers: list[threading.Thread] = []
         self._being_stopped: dict[str, _Pod] = {}  # deleted pods whose processes are being stopped
+        self._logs: dict[str, Path] = {}
         self.errors: list[str] = []
 
     # -- lifecycle --
@@ -200,10 +202,9 @@ class PodRunner:
         return True
 
     def log_paths(self, namespace: str | None = None) -> dict[str, Path]:
-        """Log file of every pod seen (NS/NAME[#uid-prefix] -> path), for diagnostics."""
+        """Log file of every pod started, deleted ones too (NS/NAME#uid-prefix -> path), for diagnostics."""
         with self._lock:
-            return {f"{p.namespace}/{p.name}#{p.uid[:8]}": p.log_path for p in self._pods.values()
-                    if p.log_path is not None and (namespace is None or p.namespace == namespace)}
+            return {key: path for key, path in self._logs.items() if namespace is None or key.startswith(namespace + "/")}
 
     # -- one pass --
 
@@ -249,8 +250,12 @@ class PodRunner:
                    services: list[dict[str, Any]]) -> None:
         try:
             self._start(pod, body, pods, services)
-        except PodSetupError as exc:
-            self._release(pod)
+        except Exception as exc:
+            if pod.state != "running":
+                self._release(pod)  # retried on a later pass, with a fresh address
+                pod.ip = None
+            if not isinstance(exc, PodSetupError):
+                raise
             pod.next_try = time.monotonic() + 1.0
             if exc.reason == "StandInUnsupported":
                 pod.state = "finished"
@@ -279,7 +284,7 @@ class PodRunner:
         missing = sorted(h for h in wanted if h not in hosts)
         if missing:
             raise PodSetupError("ContainerCreating", f"waiting for a running pod behind {', '.join(missing)}")
-        pod.ip = self._pool.acquire()
+        pod.ip, pod.holds_ip = self._pool.acquire(), True
         pod.ports = localpod.plan_ports(container, self.options.fixed_ports, free_port)
         hosts[pod.ip] = Endpoint(pod.ip, pod.ports)
         env = localpod.resolve_env(body, container, pod_ip=pod.ip, secrets=secrets, config_maps=config_maps)
@@ -337,6 +342,7 @@ class PodRunner:
         for sub in ("home", "tmp"):
             (pod.directory / sub).mkdir(exist_ok=True)
         pod.log_path = pod.directory / "container.log"
+        self._logs[f"{pod.namespace}/{pod.name}#{pod.uid[:8]}"] = pod.log_path
         pod.termination_path = pod.directory / "termination-log"
         pod.termination_path.write_text("")
         paths: dict[str, str] = {}
@@ -434,8 +440,10 @@ class PodRunner:
             self._stoppers = [t for t in self._stoppers if t.is_alive()] + [stopper]
 
     def _release(self, pod: _Pod) -> None:
-        if pod.ip is not None:
+        """Give the pod's address back, once (pod.ip stays for the status that reports the pod's end)."""
+        if pod.ip is not None and pod.holds_ip:
             self._pool.release(pod.ip)
+            pod.holds_ip = False
 
     def _write_status(self, pod: _Pod, status: dict[str, Any]) -> None:
         pod.unwritten = None
