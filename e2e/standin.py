@@ -113,6 +113,13 @@ class StandInCluster:
     # -- lifecycle --
 
     def start(self) -> StandInCluster:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # whatever did start
+            raise
+
+    def _start(self) -> StandInCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.s3 = S3Server().start()
         self.s3.create_bucket(BUCKET)
