@@ -43,7 +43,8 @@ while True:
     result = algo.train()
     runners = result.get("env_runners", {})
     ret = runners.get("episode_return_mean")
-    steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps
+    ret = None if ret is None else float(ret)
+    steps = int(result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps)
     elapsed = time.perf_counter() - t0
     print(json.dumps({"progress": True, "timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}), flush=True)
     if (ret is not None and ret >= target) or elapsed > cap:
@@ -188,7 +189,7 @@ def main() -> int:
         rllib = run_rllib(args.rllib_python, args.target, args.rllib_seed, args.rllib_timeout)
         report["rllib"] = rllib
         if "error" in rllib:
-            print(f"RLlib: {rllib['error']}", flush=True)
+            print(f"RLlib: {rllib['error']}; last progress: {rllib.get('lastProgress')}", flush=True)
         else:
             print(f"RLlib: {'reached' if rllib['reached'] else 'NOT reached'} {args.target:g} in "
                   f"{rllib['timeSeconds']:.1f} s, {rllib['timesteps']} env steps, "
