@@ -1,0 +1,276 @@
+"""Ape-X scaling on this machine, and RLlib 2.60's off-policy/async algorithms beside it, in one run.
+
+    make bench-deps                                    # RLlib 2.60 into .venv-rllib (optional)
+    .venv/bin/python bench/apex_scaling.py --plot docs/apex_scaling.png [--json out.json]
+
+1. Throughput: env steps/s and learner updates/s of apex-dqn for rollout workers 1, 2, 4 and
+   replay shards 1, 2, over --seconds each after a warm-up. Sampling does not wait for the learner
+   here (replay_ratio near 0), so the figures show what the actors and the learner each sustain.
+2. Wall time to --target (CartPole-v1 return mean over 100 episodes) with apex-dqn defaults,
+   2 workers and 2 shards, capped at --cap seconds.
+3. RLlib 2.60 APPO and DQN (defaults) to the same target, as subprocesses of .venv-rllib's python
+   on a local Ray bound to 127.0.0.2, each capped at --rllib-cap; skipped with a message when
+   .venv-rllib is missing.
+Prints a table, and writes a PNG with the throughput bars and the learning curves.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# bench/ holds an operator.py (the operator benchmark); as the script's folder at the front of
+# sys.path it would shadow the standard library's `operator` module for every import below.
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):
+    sys.path.pop(0)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RLLIB_SCRIPT = r'''
+import json, sys, time
+algorithm, target, cap, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+started = time.perf_counter()
+import ray
+if algorithm == "APPO":
+    from ray.rllib.algorithms.appo import APPOConfig as Config
+else:
+    from ray.rllib.algorithms.dqn import DQNConfig as Config
+ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False)
+algo = Config().environment("CartPole-v1").debugging(seed=seed).build_algo()
+startup = time.perf_counter() - started
+t0 = time.perf_counter()
+steps, ret, elapsed = 0, None, 0.0
+while elapsed <= cap:
+    result = algo.train()
+    runners = result.get("env_runners", {})
+    ret = runners.get("episode_return_mean")
+    steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps
+    elapsed = time.perf_counter() - t0
+    print(json.dumps({"timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}), flush=True)
+    if ret is not None and ret >= target:
+        break
+print(json.dumps({"final": True, "reached": ret is not None and ret >= target, "timeSeconds": elapsed,
+                  "timesteps": steps, "episodeReturnMean": ret, "envStepsPerSecond": steps / max(elapsed, 1e-9),
+                  "startupSeconds": startup}), flush=True)
+algo.stop()
+ray.shutdown()
+'''
+
+
+def apex_config(workers: int, shards: int, seed: int, **training: Any):
+    from kuberl.trainer.apex import ApexDQNConfig
+
+    return (
+        ApexDQNConfig().environment("CartPole-v1").rollouts(workers=workers, envs_per_worker=8, fragment_length=64)
+        .replay(shards=shards, capacity=100_000).training(**training).debugging(seed=seed)
+    )
+
+
+def measure_throughput(workers: int, shards: int, seconds: float, warmup: float, seed: int) -> dict[str, Any]:
+    """Steady-state env steps/s and updates/s with sampling free of the learner."""
+    algo = apex_config(workers, shards, seed, replay_ratio=1e-9, learning_starts=2_000).build()
+    try:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < warmup:
+            algo.train()
+        steps = updates = 0
+        empty: list[float] = []
+        t1 = time.perf_counter()
+        while time.perf_counter() - t1 < seconds:
+            result = algo.train()
+            steps += sum(w["envSteps"] for w in result["workers"].values())
+            learner = result["learner"]
+            updates += round(learner["updatesPerSecond"] * result["iterationSeconds"])
+            if learner["queueEmptyFraction"] is not None:
+                empty.append(learner["queueEmptyFraction"])
+        elapsed = time.perf_counter() - t1
+    finally:
+        algo.stop()
+    return {
+        "workers": workers, "shards": shards, "envStepsPerSecond": steps / elapsed,
+        "updatesPerSecond": updates / elapsed,
+        "samplesPerSecond": updates * 256 / elapsed,
+        "queueEmptyFraction": sum(empty) / len(empty) if empty else None,
+    }
+
+
+def time_to_target(target: float, cap: float, seed: int) -> dict[str, Any]:
+    """apex-dqn defaults, 2 workers and 2 shards, until the 100-episode return mean reaches `target`."""
+    started = time.perf_counter()
+    algo = apex_config(2, 2, seed).build()
+    startup = time.perf_counter() - started
+    curve: list[tuple[float, float | None]] = []
+    empty: list[float] = []
+    try:
+        t0 = time.perf_counter()
+        while True:
+            result = algo.train()
+            elapsed = time.perf_counter() - t0
+            mean = result["episodeReturnMean"]
+            curve.append((elapsed, mean))
+            if result["learner"]["queueEmptyFraction"] is not None and result["learner"]["updates"] > 0:
+                empty.append(result["learner"]["queueEmptyFraction"])
+            if (mean is not None and mean >= target and result["episodes"] >= 100) or elapsed > cap:
+                break
+    finally:
+        algo.stop()
+    return {
+        "reached": mean is not None and mean >= target, "timeSeconds": elapsed, "timesteps": result["timesteps"],
+        "episodeReturnMean": mean, "envStepsPerSecond": result["timesteps"] / elapsed,
+        "updates": result["learner"]["updates"], "startupSeconds": startup, "curve": curve,
+        "queueEmptyFraction": sum(empty) / len(empty) if empty else None,
+    }
+
+
+def run_rllib(python: Path, algorithm: str, target: float, cap: float, seed: int) -> dict[str, Any]:
+    if not python.exists():
+        return {"error": f"{python} not found: run `make bench-deps` first"}
+    with tempfile.NamedTemporaryFile("w", suffix=f"_rllib_{algorithm.lower()}.py", delete=False) as script:
+        script.write(RLLIB_SCRIPT)
+    lines: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryFile("w+") as stderr_file:
+            # Its own session, so that the watchdog stops RLlib's Ray processes with it and nothing else.
+            proc = subprocess.Popen(
+                [str(python), script.name, algorithm, str(target), str(cap), str(seed)],
+                stdout=subprocess.PIPE, stderr=stderr_file, text=True, cwd=tempfile.gettempdir(),
+                start_new_session=True,
+            )
+            watchdog = threading.Timer(2 * cap + 180, lambda: os.killpg(proc.pid, signal.SIGKILL))
+            watchdog.start()
+            try:
+                assert proc.stdout is not None
+                lines = [json.loads(line) for line in proc.stdout if line.startswith("{")]
+                proc.wait()
+            finally:
+                watchdog.cancel()
+            stderr_file.seek(0)
+            stderr = stderr_file.read()[-1500:]
+    finally:
+        Path(script.name).unlink(missing_ok=True)
+    final = [line for line in lines if line.get("final")]
+    curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in lines if not line.get("final")]
+    if final:
+        return {**final[-1], "curve": curve}
+    return {"error": f"RLlib {algorithm} exited {proc.returncode}: {stderr.strip()}", "curve": curve}
+
+
+def print_table(throughput: list[dict[str, Any]]) -> None:
+    print(f"{'workers':>7} {'shards':>6} {'env steps/s':>12} {'updates/s':>10} {'samples/s':>10} {'queue empty':>12}")
+    for row in throughput:
+        empty = row["queueEmptyFraction"]
+        print(f"{row['workers']:>7} {row['shards']:>6} {row['envStepsPerSecond']:>12.0f} {row['updatesPerSecond']:>10.1f} "
+              f"{row['samplesPerSecond']:>10.0f} {'-' if empty is None else f'{empty:.1%}':>12}")
+
+
+def describe(name: str, run: dict[str, Any], target: float) -> str:
+    if "error" in run:
+        return f"{name}: {run['error']}"
+    state = "reached" if run["reached"] else "did NOT reach"
+    mean = run["episodeReturnMean"]
+    return (f"{name}: {state} {target:g} in {run['timeSeconds']:.1f} s, {run['timesteps']} env steps, "
+            f"{run['envStepsPerSecond']:.0f} env steps/s (last return mean {'-' if mean is None else f'{mean:.1f}'})")
+
+
+def plot(path: Path, throughput: list[dict[str, Any]], curves: dict[str, list], target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = [f"{r['workers']}w/{r['shards']}s" for r in throughput]
+    xs = range(len(labels))
+    left.bar([x - 0.2 for x in xs], [r["envStepsPerSecond"] for r in throughput], width=0.4, label="env steps/s")
+    left.set_ylabel("env steps/s")
+    twin = left.twinx()
+    twin.bar([x + 0.2 for x in xs], [r["updatesPerSecond"] for r in throughput], width=0.4, color="tab:orange",
+             label="learner updates/s")
+    twin.set_ylabel("learner updates/s (batch 256)")
+    left.set_xticks(list(xs), labels)
+    left.set_xlabel("rollout workers / replay shards")
+    left.set_title("apex-dqn throughput (CartPole-v1)")
+    handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    left.legend(handles, ["env steps/s", "learner updates/s"], loc="lower left", framealpha=0.9)
+    for name, curve in curves.items():
+        points = [(t, r) for t, r in curve if r is not None]
+        if points:
+            right.plot([t for t, _ in points], [r for _, r in points], label=name)
+    right.axhline(target, color="grey", linestyle="--", linewidth=1)
+    right.set_xlabel("wall time (s)")
+    right.set_ylabel("episode return mean (100 episodes)")
+    right.set_title("CartPole-v1: time to return")
+    right.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, required=True, help="PNG to write")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per throughput point")
+    parser.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring each point")
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--shards", default="1,2")
+    parser.add_argument("--target", type=float, default=450.0)
+    parser.add_argument("--cap", type=float, default=300.0, help="apex-dqn time-to-target cap, seconds")
+    parser.add_argument("--rllib-cap", type=float, default=300.0, help="each RLlib run's cap, seconds")
+    parser.add_argument("--rllib", default="APPO,DQN", help="RLlib algorithms to run; empty skips RLlib")
+    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    from kuberl.trainer.ray_runtime import init_ray
+
+    init_ray()
+    throughput = []
+    for workers in (int(w) for w in args.workers.split(",") if w):
+        for shards in (int(s) for s in args.shards.split(",") if s):
+            row = measure_throughput(workers, shards, args.seconds, args.warmup, args.seed)
+            throughput.append(row)
+            print(f"measured {workers} workers / {shards} shards: {row['envStepsPerSecond']:.0f} env steps/s, "
+                  f"{row['updatesPerSecond']:.1f} updates/s", flush=True)
+    apex = time_to_target(args.target, args.cap, args.seed)
+    print(describe("kuberl apex-dqn (2 workers, 2 shards)", apex, args.target), flush=True)
+    import ray
+
+    ray.shutdown()  # leave the CPUs to RLlib
+    rllib = {name: run_rllib(args.rllib_python, name, args.target, args.rllib_cap, args.seed)
+             for name in args.rllib.split(",") if name}
+    for name, run in rllib.items():
+        print(describe(f"RLlib {name} (defaults)", run, args.target), flush=True)
+
+    print()
+    print_table(throughput)
+    print()
+    print(describe("kuberl apex-dqn (2 workers, 2 shards)", apex, args.target))
+    if apex["queueEmptyFraction"] is not None:
+        print(f"  learner queue found empty in {apex['queueEmptyFraction']:.1%} of its fetches while training")
+    for name, run in rllib.items():
+        print(describe(f"RLlib {name} (defaults)", run, args.target))
+    appo = rllib.get("APPO", {})
+    if apex["reached"] and appo.get("reached"):
+        print(f"wall time to {args.target:g}, apex-dqn / RLlib APPO: {apex['timeSeconds'] / appo['timeSeconds']:.2f} "
+              "(target <= 0.5)")
+    curves = {"kuberl apex-dqn": apex["curve"], **{f"RLlib {n}": r.get("curve", []) for n, r in rllib.items()}}
+    plot(args.plot, throughput, curves, args.target)
+    print(f"plot: {args.plot}")
+    if args.json:
+        args.json.write_text(json.dumps({"throughput": throughput, "apex": apex, "rllib": rllib}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
