@@ -11,7 +11,7 @@ from kuberl.operator import names
 from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, Owner, metadata
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
 from kuberl.operator.builders.secret import TOKEN_KEY
-from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, HEAD_PORTS
+from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, HEAD_PORTS, STATUS_PORT
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_DIR = "/etc/kuberl"
@@ -122,8 +122,11 @@ def head_command(experiment: RLExperiment) -> str:
 def worker_command(experiment: RLExperiment, owner: Owner) -> str:
     workers = experiment.spec.workers
     head = names.head_name(owner.name)
-    probe = f'import socket; socket.create_connection(("{head}", {GCS_PORT}), 2)'
-    wait = f"until python -c {shlex.quote(probe)} 2>/dev/null; do sleep 1; done"  # the head may start later
+    # Wait for the trainer's status port, not the GCS port: the trainer starts only after
+    # `ray start --head` has registered the head node, and a worker that joins a GCS before
+    # that fails ("No node info found for head node").
+    probe = f'import socket; socket.create_connection(("{head}", {STATUS_PORT}), 2)'
+    wait = f"until python -c {shlex.quote(probe)} 2>/dev/null; do sleep 1; done"
     ray = (f"exec ray start --address={head}:{GCS_PORT} --node-ip-address=${{POD_IP}} --block "
            f"--num-cpus={ray_cpus(workers.cpu)} --num-gpus={workers.gpus} --disable-usage-stats")
     return f"{wait}; {ray}"
