@@ -40,8 +40,9 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
         learner = result["learner"]
         assert learner["updates"] > 0 and learner["weightSyncs"] > 1
         assert result["workers"]["worker_2"]["policyVersion"] > 1  # workers picked up published weights
-        assert result["workers"]["worker_1"]["epsilon"] == pytest.approx(0.4)
-        assert result["workers"]["worker_2"]["epsilon"] == pytest.approx(0.4**8)
+        base = algo.params.worker_epsilon_base  # eps_i = base ** (1 + 7 i / (N - 1))
+        assert result["workers"]["worker_1"]["epsilon"] == pytest.approx(base)
+        assert result["workers"]["worker_2"]["epsilon"] == pytest.approx(base**8)
     finally:
         algo.stop()
 
@@ -73,18 +74,19 @@ def test_a_killed_replay_shard_is_replaced_and_training_goes_on() -> None:
 def test_checkpoint_round_trip_gives_the_same_actions(tmp_path) -> None:
     import numpy as np
 
-    algo = _config(learning_starts=500).build()
+    algo = _config(learning_starts=500, observation_filter="mean_std").build()
     try:
         result = algo.train()
         while result["learner"]["updates"] == 0:
             result = algo.train()
+        assert algo.obs_filter.get_state().count > 0  # the workers' filter statistics reach the driver
         algo.stop()  # the learner updates until stopped; a stopped algorithm keeps its final model
         uri = algo.save(tmp_path)
         obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
         expected = [algo.compute_single_action(o) for o in obs]
     finally:
         algo.stop()
-    fresh = _config(learning_starts=500).build()
+    fresh = _config(learning_starts=500, observation_filter="mean_std").build()
     try:
         fresh.restore(uri)
         assert [fresh.compute_single_action(o) for o in obs] == expected

@@ -32,6 +32,7 @@ from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithm import RETURN_WINDOW, Algorithm
 from kuberl.trainer.config import AlgorithmConfig
 from kuberl.trainer.device import learner_device
+from kuberl.trainer.filters import RunningStats
 from kuberl.trainer.nstep import apex_epsilons, linear_schedule
 from kuberl.trainer.qlearning import (
     TRANSITION_KEYS,
@@ -114,16 +115,28 @@ class ApexRolloutWorker:
             except actor_died_errors():
                 self.shard_errors += 1  # those transitions are lost with the shard; the driver replaces it
 
-    def run(self, fragments: int, shards: list[Any]) -> dict[str, Any]:
-        """Sample `fragments` fragments into the shards; returns a small report (no transitions)."""
+    def run(self, fragments: int, shards: list[Any], filter_state: RunningStats | None = None) -> dict[str, Any]:
+        """Sample `fragments` fragments into the shards; returns a small report (no transitions).
+
+        `filter_state` is the driver's master observation filter (observation_filter: mean_std);
+        the report carries the statistics this worker gathered since, for the driver to merge.
+        """
         import ray
 
+        if filter_state is not None:
+            self.worker.set_filter(filter_state)
         started = time.perf_counter()
         env_steps = 0
         episodes: list[dict[str, Any]] = []
+        filter_delta: RunningStats | None = None
         for _ in range(fragments):
             self._poll_weights()
             batch = self.worker.sample()
+            if batch.filter_delta is not None:
+                if filter_delta is None:
+                    filter_delta = batch.filter_delta
+                else:
+                    filter_delta.merge(batch.filter_delta)
             transitions = transitions_from_batch(batch, gamma=self.gamma, n_step=self.n_step)
             priorities = local_priorities(self.worker.policy, transitions)  # type: ignore[arg-type]
             shard = shards[self.next_shard % len(shards)]
@@ -142,6 +155,7 @@ class ApexRolloutWorker:
             "shardErrors": self.shard_errors,
             "epsilon": self.epsilon,
             "node": ray.get_runtime_context().get_node_id(),
+            "filterDelta": filter_delta,
         }
 
     def stop(self) -> None:
@@ -465,7 +479,8 @@ class ApexDQN(Algorithm):
             else:
                 for position, actor in enumerate(self.worker_actors):
                     if position not in self.in_flight.values():
-                        self.in_flight[actor.run.remote(self.fragments_per_call, self.shards)] = position
+                        call = actor.run.remote(self.fragments_per_call, self.shards, self.obs_filter.get_state())
+                        self.in_flight[call] = position
             remaining = deadline - time.perf_counter()
             if remaining <= 0 and env_steps > 0:
                 break
@@ -480,6 +495,7 @@ class ApexDQN(Algorithm):
                     self._replace_worker(position)
                     continue
                 env_steps += report["envSteps"]
+                self.obs_filter.apply_delta(report["filterDelta"])
                 self.record_episodes(report["episodes"])
                 self.worker_nodes[report["worker"]] = report["node"]
                 mine = per_worker.setdefault(report["worker"], {"envSteps": 0, "seconds": 0.0})
