@@ -64,14 +64,18 @@ class DQNParams(CommonParams):
 
 
 class ApexDQNParams(DQNParams):
-    lr: float = Field(5e-4, gt=0, le=1.0)
+    lr: float = Field(2.5e-4, gt=0, le=1.0)
     train_batch_size: int = Field(256, ge=1)
     replay_ratio: float = Field(
         1 / 32, gt=0, description="Ape-X: learner updates per env step that sampling waits for (8 samples per step)."
     )
     learning_starts: int = Field(5_000, ge=0)
-    target_update_interval: int = Field(200, ge=1)
-    worker_epsilon_base: float = Field(0.4, gt=0, le=1, description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)).")
+    target_update_interval: int = Field(500, ge=1)
+    worker_epsilon_base: float = Field(
+        0.1, gt=0, le=1,
+        description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)); the paper's 0.4 suits many workers, "
+        "while with few its most exploring worker's short episodes dominate the return mean.",
+    )
     worker_epsilon_exponent: float = Field(7.0, ge=0)
     weight_sync_interval: int = Field(20, ge=1, description="Learner updates between weight broadcasts.")
     prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
