@@ -32,6 +32,7 @@ EXIT_INVALID = 2
 EXIT_TERMINATED = 143
 DEFAULT_STATUS_PORT = 8080
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+LOG_LINE_SECONDS = 1.0
 
 
 @dataclass
@@ -306,6 +307,7 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
     tty = out.isatty() and not options.quiet
     result: dict[str, Any] = {}
     reason = None
+    last_line = 0.0
     while reason is None and not termination.requested.is_set():
         result = algo.train()
         result["attempt"] = status.attempt
@@ -319,8 +321,11 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
         reason = stop_reason(spec.stop, result)
         if reason is None and result["iteration"] % every == 0:
             checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
-        if not options.quiet:
-            print(("\r" if tty else "") + progress_line(result), end="" if tty else "\n", file=out, flush=True)
+        if tty:
+            print("\r" + progress_line(result), end="", file=out, flush=True)
+        elif not options.quiet and (reason or time.monotonic() - last_line >= LOG_LINE_SECONDS):
+            print(progress_line(result), file=out, flush=True)  # logs get a line a second at most
+            last_line = time.monotonic()
     if tty:
         print(file=out)
     if result:
@@ -344,6 +349,9 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
           + (f"; return mean {ret:.1f}" if ret is not None else ""), file=out)
     print(f"results:    {run_uri}/results.jsonl", file=out)
     print(f"checkpoint: {last_uri}", file=out, flush=True)
+    if not options.in_cluster and last_uri:
+        print(f"next:       kuberl evaluate {run_uri} --episodes 10; kuberl traces {run_uri} --png curve.png",
+              file=out, flush=True)
     return summary
 
 
