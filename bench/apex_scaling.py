@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 RLLIB_SCRIPT = r'''
-import json, sys, time
+import json, os, sys, time
 algorithm, target, cap, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 started = time.perf_counter()
 import ray
@@ -45,7 +45,9 @@ if algorithm == "APPO":
     from ray.rllib.algorithms.appo import APPOConfig as Config
 else:
     from ray.rllib.algorithms.dqn import DQNConfig as Config
-ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False)
+# Logical CPUs beyond the machine's 2: APPO's aggregator actors and env runners want more than 2 CPUs
+# of Ray resources and otherwise wait unscheduled forever on a 2-core machine.
+ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False, num_cpus=max(4, os.cpu_count()))
 algo = Config().environment("CartPole-v1").debugging(seed=seed).build_algo()
 startup = time.perf_counter() - started
 t0 = time.perf_counter()
@@ -56,11 +58,13 @@ while elapsed <= cap:
     ret = runners.get("episode_return_mean")
     steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps
     elapsed = time.perf_counter() - t0
-    print(json.dumps({"timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}), flush=True)
+    ret = None if ret is None else float(ret)
+    print(json.dumps({"timeSeconds": elapsed, "timesteps": int(steps), "episodeReturnMean": ret}), flush=True)
     if ret is not None and ret >= target:
         break
+ret = None if ret is None else float(ret)
 print(json.dumps({"final": True, "reached": ret is not None and ret >= target, "timeSeconds": elapsed,
-                  "timesteps": steps, "episodeReturnMean": ret, "envStepsPerSecond": steps / max(elapsed, 1e-9),
+                  "timesteps": int(steps), "episodeReturnMean": ret, "envStepsPerSecond": steps / max(elapsed, 1e-9),
                   "startupSeconds": startup}), flush=True)
 algo.stop()
 ray.shutdown()
