@@ -201,11 +201,13 @@ def plot(path: Path, throughput: list[dict[str, Any]], curves: dict[str, list], 
     twin.bar([x + 0.2 for x in xs], [r["updatesPerSecond"] for r in throughput], width=0.4, color="tab:orange",
              label="learner updates/s")
     twin.set_ylabel("learner updates/s (batch 256)")
+    twin.set_ylim(0, 1.3 * max(r["updatesPerSecond"] for r in throughput))
+    left.set_ylim(0, 1.3 * max(r["envStepsPerSecond"] for r in throughput))
     left.set_xticks(list(xs), labels)
     left.set_xlabel("rollout workers / replay shards")
     left.set_title("apex-dqn throughput (CartPole-v1)")
     handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    left.legend(handles, ["env steps/s", "learner updates/s"], loc="lower left", framealpha=0.9)
+    twin.legend(handles, ["env steps/s", "learner updates/s"], loc="upper center", framealpha=0.95)  # above the bars
     for name, curve in curves.items():
         points = [(t, r) for t, r in curve if r is not None]
         if points:
