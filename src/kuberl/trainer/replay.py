@@ -220,7 +220,8 @@ class PrioritizedReplayBuffer:
         bounds = (np.arange(batch_size) + self.rng.random(batch_size)) * (total / batch_size)
         slots = self.sum_tree.find_prefix_sum(np.minimum(bounds, np.nextafter(total, 0)))
         probs = self.sum_tree[slots] / total
-        p_min = self.min_tree.min / total
+        # A zero priority (possible only with eps 0) has no finite weight: normalise by the sample instead.
+        p_min = self.min_tree.min / total if self.min_tree.min > 0 else float(probs.min())
         out = self.storage.read(slots)
         out["weights"] = importance_weights(probs, p_min, beta)
         self.samples += batch_size

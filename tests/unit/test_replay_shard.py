@@ -1,0 +1,50 @@
+"""ReplayShard's API without Ray (the actor wraps this class unchanged), and workers' local priorities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kuberl.trainer.qlearning import QNetwork, QPolicy, local_priorities
+from kuberl.trainer.replay_shard import ReplayShard
+
+
+def _transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:
+    return {"obs": np.arange(start, start + n, dtype=np.float32)[:, None], "action": np.zeros(n, dtype=np.int64)}
+
+
+def test_shard_answers_none_until_it_holds_enough_then_prioritized_samples() -> None:
+    shard = ReplayShard(0, 100, alpha=1.0, eps=0.0, seed=1)
+    assert shard.add(_transitions(10), np.ones(10)) == 10
+    batch, adds = shard.sample(32, beta=0.4, min_size=16)
+    assert batch is None and adds == 10
+    shard.add(_transitions(10, start=10), np.r_[np.zeros(9), [5.0]])
+    batch, adds = shard.sample(64, beta=0.4, min_size=16)
+    assert adds == 20 and batch is not None and len(batch["ids"]) == 64
+    assert (batch["obs"][:, 0] < 10).mean() == pytest.approx(10 / 15, abs=0.15)  # 10 of 15 priority mass
+    assert set(batch["obs"][batch["obs"][:, 0] >= 10, 0].tolist()) <= {19.0}
+    assert shard.update_priorities(batch["ids"], np.ones(64)) == 0
+    assert shard.stats()["samples"] == 64
+
+
+def test_uniform_shard() -> None:
+    shard = ReplayShard(1, 8, prioritized=False, seed=0)
+    shard.add(_transitions(12), None)
+    batch, adds = shard.sample(16, beta=1.0)
+    assert adds == 12 and (batch["weights"] == 1).all()
+    assert set(batch["obs"][:, 0].tolist()) <= set(range(4, 12))
+
+
+def test_local_priorities_are_the_workers_own_n_step_td_errors() -> None:
+    torch.manual_seed(0)
+    network = QNetwork(2, 2, [8], "relu", dueling=False)
+    policy = QPolicy(network, 2, seed=0)
+    next_obs = np.array([[0.5, -1.0], [1.0, 2.0]], dtype=np.float32)
+    transitions = {
+        "reward": np.array([1.0, 2.0], dtype=np.float32), "discount": np.array([0.9, 0.0], dtype=np.float32),
+        "next_obs": next_obs, "q_taken": np.array([0.3, -0.5], dtype=np.float32),
+    }
+    next_max = policy.q_values(next_obs).max(axis=1)
+    expected = np.abs(np.array([1.0 + 0.9 * next_max[0], 2.0]) - np.array([0.3, -0.5]))
+    assert local_priorities(policy, transitions) == pytest.approx(expected, rel=1e-5)
