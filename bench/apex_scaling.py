@@ -16,18 +16,12 @@ Prints a table, and writes a PNG with the throughput bars and the learning curve
 
 from __future__ import annotations
 
-import sys
-
-# bench/ holds an operator.py (the operator benchmark); as the script's folder at the front of
-# sys.path it would shadow the standard library's `operator` module for every import below.
-if sys.path and sys.path[0].rstrip("/").endswith("bench"):
-    sys.path.pop(0)
-
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
+import sys
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
