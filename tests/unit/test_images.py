@@ -218,7 +218,8 @@ def test_kind_scripts_are_executable_strict_bash_and_dump_logs_on_failure():
     assert "make e2e E2E_CLUSTER=kind" in run
     dump = (kind / "dump-logs.sh").read_text()
     assert "logs deployment/kuberl" in dump and "get events" in dump and "--previous" in dump
-    assert "ray stop" not in " ".join(p.read_text() for p in scripts)
+    forbidden = "ray " + "stop"  # kills every Ray process on the machine by name, other people's too
+    assert forbidden not in " ".join(p.read_text() for p in scripts)
 
 
 def test_kind_manifests_are_valid_kubernetes():

@@ -163,7 +163,23 @@ def _batch_length(batch: Batch) -> int:
     return lengths.pop()
 
 
-class PrioritizedReplayBuffer:
+class _ReplayBuffer:
+    """What both buffers share: preallocated storage, a seeded generator, and their sizes."""
+
+    def __init__(self, capacity: int, seed: int | None):
+        self.storage = _ArrayStorage(capacity)
+        self.samples = 0
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    def __len__(self) -> int:
+        return len(self.storage)
+
+
+class PrioritizedReplayBuffer(_ReplayBuffer):
     """Proportional prioritized replay (Schaul et al. 2016): P(i) = p_i^alpha / sum_k p_k^alpha.
 
     Priorities come in as |TD error|; the tree holds (|delta| + eps)^alpha. Importance weights
@@ -173,23 +189,14 @@ class PrioritizedReplayBuffer:
     prioritized = True
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, seed: int | None = None):
-        self.storage = _ArrayStorage(capacity)
+        super().__init__(capacity, seed)
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)
         self.alpha = alpha
         self.beta = beta
         self.eps = eps
         self.max_priority = 1.0  # new transitions without a priority get the largest seen so far
-        self.samples = 0
         self.dropped_updates = 0
-        self.rng = np.random.default_rng(seed)
-
-    @property
-    def capacity(self) -> int:
-        return self.storage.capacity
-
-    def __len__(self) -> int:
-        return len(self.storage)
 
     def _tree_priority(self, td_errors: np.ndarray) -> np.ndarray:
         return (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps) ** self.alpha
@@ -254,22 +261,13 @@ class PrioritizedReplayBuffer:
         }
 
 
-class UniformReplayBuffer:
+class UniformReplayBuffer(_ReplayBuffer):
     """Uniform replay with the prioritized buffer's API: priorities are ignored, weights are all 1."""
 
     prioritized = False
 
     def __init__(self, capacity: int, *, seed: int | None = None, **_unused: float):
-        self.storage = _ArrayStorage(capacity)
-        self.samples = 0
-        self.rng = np.random.default_rng(seed)
-
-    @property
-    def capacity(self) -> int:
-        return self.storage.capacity
-
-    def __len__(self) -> int:
-        return len(self.storage)
+        super().__init__(capacity, seed)
 
     def add(self, batch: Batch, priorities: np.ndarray | None = None) -> None:
         self.storage.write(batch)
