@@ -19,9 +19,14 @@ from kuberl.api.types import GROUP, PLURAL, VERSION
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def load_api_client() -> ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+def load_api_client(pool_size: int = 16) -> ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config).
+
+    `pool_size` should match the threads that call the client: urllib3 otherwise opens and
+    discards a connection per request beyond its default pool of 5 per CPU.
+    """
     configuration = kubernetes.client.Configuration()
+    configuration.connection_pool_maxsize = pool_size
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
     except kubernetes.config.ConfigException:

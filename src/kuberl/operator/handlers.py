@@ -52,7 +52,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefix="kuberl-api"))
     memo.settings = Settings.from_env()
-    memo.cluster = Cluster(load_api_client())
+    memo.cluster = Cluster(load_api_client(pool_size=API_THREADS))
     memo.http = aiohttp.ClientSession()
     memo.locks = {}
     memo.queued = set()
