@@ -10,20 +10,21 @@ Targets (issue 5): p99 < 1 s, RSS < 150 MB.
 
 from __future__ import annotations
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
 import sys
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
-from pathlib import Path  # noqa: E402
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
 
-import aiohttp  # noqa: E402
+import aiohttp
+
+from kuberl.testing.ports import free_port
 
 NAMESPACE = "bench"
 CHILD_KINDS = {
@@ -45,12 +46,6 @@ def expected_children(name: str, workers: int) -> set[tuple[str, str]]:
     pods = {("pods", f"{name}-head")} | {("pods", f"{name}-worker-{i}") for i in range(workers)}
     return pods | {("configmaps", f"{name}-config"), ("services", f"{name}-head"),
                    ("secrets", f"{name}-ray-token"), ("networkpolicies", f"{name}-ray")}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_healthy(port: int, timeout: float) -> None:

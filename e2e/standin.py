@@ -59,7 +59,7 @@ class StandInCluster:
         self.runner: PodRunner | None = None
         self.s3: S3Server | None = None
         self.operator_log = work_dir / "operator.log"
-        self.status_port = free_port()
+        self.status_port = free_port("")
         self.health_port = free_port("127.0.0.1")
         self.metrics_port = free_port("127.0.0.1")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +23,12 @@ import pytest
 import yaml
 
 from kuberl.testing.operator_harness import experiment_body, wait_for
+from kuberl.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".tools" / "bin" / "helm"
 BIN = Path(sys.executable).parent
 RELEASE_NAMESPACE = "kuberl-system"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -80,7 +74,7 @@ def emulator(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peering(emulator, tmp_path):
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     docs = _render(f"metrics.port={metrics_port}", f"operator.healthPort={health_port}",
                    "trainer.image=registry.test/kuberl-trainer:chart", "trainer.head.cpu=3", "trainer.head.memory=3Gi")
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]

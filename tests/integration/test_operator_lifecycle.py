@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,19 +16,14 @@ import pytest
 import yaml
 
 from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
+from kuberl.testing.ports import free_port
 
 NAMESPACES = [f"life-{i}" for i in range(16)]
 _namespaces = iter(NAMESPACES)
 _loopback = itertools.count(30)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-STATUS_PORT = _free_port()
+STATUS_PORT = free_port()
 
 
 class TrainerStatusServer:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -19,14 +18,9 @@ import kubernetes
 import pytest
 
 from kuberl.testing.operator_harness import experiment_body, wait_for
+from kuberl.testing.ports import free_port
 
 PYTHON = sys.executable
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -58,7 +52,7 @@ def emulator_process(tmp_path: Path):
 
 def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(emulator_process, tmp_path):
     url, kubeconfig = emulator_process
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERL_LISTEN_HOST": "127.0.0.1",
            "KUBERL_TRAINER_IMAGE": "example/trainer:test", "KUBERL_PEERING": "off"}
     log = (tmp_path / "operator.log").open("w")

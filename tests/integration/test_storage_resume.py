@@ -168,7 +168,7 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
 
 @pytest.mark.parametrize("problem", ["no-bucket", "dead-endpoint"])
 def test_unusable_store_exits_2_naming_the_uri(s3: S3Server, tmp_path: Path, problem: str) -> None:
-    from kuberl.testing.s3server import free_port
+    from kuberl.testing.ports import free_port
 
     endpoint = s3.endpoint if problem == "no-bucket" else f"http://127.0.0.1:{free_port()}"
     path = tmp_path / "exp.yaml"

@@ -110,7 +110,7 @@ def test_no_credentials_is_a_clear_error(s3: S3Server, s3_bucket: str, monkeypat
 
 
 def _closed_port() -> int:
-    from kuberl.testing.s3server import free_port
+    from kuberl.testing.ports import free_port
 
     return free_port()
 

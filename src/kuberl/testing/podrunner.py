@@ -27,7 +27,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from kubernetes.client.rest import ApiException
 
 from kuberl.testing import localpod
 from kuberl.testing.localpod import Endpoint, PodSetupError
+from kuberl.testing.ports import free_port
 from kuberl.testing.process_tree import (
     MARKER_VARIABLE,
     processes_with_marker,
@@ -60,13 +60,6 @@ LOG_FALLBACK_BYTES = 2048
 
 def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def free_port(host: str = "") -> int:
-    """A TCP port free on every address at the moment of asking (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class AddressPool:
@@ -285,7 +278,7 @@ class PodRunner:
         if missing:
             raise PodSetupError("ContainerCreating", f"waiting for a running pod behind {', '.join(missing)}")
         pod.ip, pod.holds_ip = self._pool.acquire(), True
-        pod.ports = localpod.plan_ports(container, self.options.fixed_ports, free_port)
+        pod.ports = localpod.plan_ports(container, self.options.fixed_ports, lambda: free_port(""))
         hosts[pod.ip] = Endpoint(pod.ip, pod.ports)
         env = localpod.resolve_env(body, container, pod_ip=pod.ip, secrets=secrets, config_maps=config_maps)
         mounts = localpod.volume_files(body, container, secrets=secrets, config_maps=config_maps)

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any
 
+from kuberl.testing.ports import free_port
+
 DEFAULT_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -31,12 +33,6 @@ DEFAULT_CREDENTIALS = {
     "AWS_REGION": "us-east-1",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class S3Server:
