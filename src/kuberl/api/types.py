@@ -154,7 +154,8 @@ class RLExperimentSpec(_Model):
     backoff_limit: int = Field(3, ge=0, le=100, description="Head restarts before the experiment fails.")
     suspend: bool = Field(False, description="True deletes the pods and keeps storage; false again resumes.")
     ttl_seconds_after_finished: int | None = Field(
-        None, ge=0, description="Delete the pods this long after Succeeded/Failed (the resource stays)."
+        None, ge=0, le=2**31 - 1,  # an int32, as in a Job: the operator adds it to a timestamp
+        description="Delete the pods this long after Succeeded/Failed (the resource stays).",
     )
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)

@@ -8,6 +8,7 @@ the algorithm support its action space) live in `kuberl.trainer.checks`.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ from kuberl.api.types import API_VERSION, KIND, OFF_POLICY_ALGORITHMS, RLExperim
 
 MAX_MANIFEST_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
+MAX_NESTING = 64  # far deeper than any spec; serializers and parsers with recursion limits stay safe
+INT64_RANGE = (-(2**63), 2**63 - 1)  # the Kubernetes API's integers
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ def parse_yaml(text: str, source: str = "manifest") -> dict[str, Any]:
         raise fail("", f"{source}: invalid YAML at {where}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise fail("", f"{source}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise fail("", f"{source}: nested too deeply") from None
     if len(docs) != 1:
         raise fail("", f"{source}: expected exactly one YAML document, found {len(docs)}")
     if not isinstance(docs[0], dict):
@@ -244,6 +249,28 @@ def cluster_errors(experiment: RLExperiment) -> list[FieldError]:
     return errors
 
 
+def unrepresentable_values(doc: Any, path: str = "") -> list[FieldError]:
+    """Values the Kubernetes API cannot carry (JSON has no inf or nan; its integers are int64) and nesting
+    deeper than MAX_NESTING, each named by its path: refused before they reach code that would fail on them."""
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str, int, str]] = [(doc, path, 0, path)]
+    while stack:
+        node, where, depth, field = stack.pop()
+        field = where if depth <= 3 else field  # too deep a value is named by its field (spec.env.config)
+        if isinstance(node, dict | list) and depth >= MAX_NESTING:
+            errors.append(FieldError(field, f"nested more than {MAX_NESTING} levels deep"))
+        elif isinstance(node, dict):
+            stack.extend((value, f"{where}.{key}" if where else str(key), depth + 1, field)
+                         for key, value in node.items())
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}[{i}]", depth + 1, field) for i, value in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool) and not INT64_RANGE[0] <= node <= INT64_RANGE[1]:
+            errors.append(FieldError(where, "must fit in a 64-bit integer"))
+        elif isinstance(node, float) and not math.isfinite(node):
+            errors.append(FieldError(where, "must be a finite number"))
+    return sorted(errors, key=lambda e: e.path)
+
+
 def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
     """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects)."""
     errors: list[FieldError] = []
@@ -254,6 +281,9 @@ def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperime
     if errors:
         raise ManifestError(errors)
     body = doc if strict else {k: doc[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in doc}
+    errors = unrepresentable_values(body)
+    if errors:
+        raise ManifestError(errors)
     try:
         experiment = RLExperiment.model_validate(body)
     except ValidationError as exc:
