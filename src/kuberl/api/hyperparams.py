@@ -7,18 +7,21 @@ CartPole-v1, Acrobot-v1 and Pendulum-v1 without tuning.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from kuberl.api.types import _Model
+
+# Units per hidden layer; the bound keeps a typo (1000000) from asking for terabytes of weights.
+LayerWidth = Annotated[int, Field(ge=1, le=4096)]
 
 
 class CommonParams(_Model):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0)
     gamma: float = Field(0.99, ge=0, le=1.0)
-    hidden: list[int] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8)
+    hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8)
     activation: Literal["tanh", "relu"] = "tanh"
     grad_clip: float | None = Field(0.5, gt=0)
     observation_filter: Literal["none", "mean_std"] = Field(
@@ -43,7 +46,7 @@ class PPOParams(CommonParams):
 class DQNParams(CommonParams):
     lr: float = Field(1e-3, gt=0, le=1.0)
     activation: Literal["tanh", "relu"] = "relu"
-    hidden: list[int] = Field(default_factory=lambda: [128, 128], min_length=1, max_length=8)
+    hidden: list[LayerWidth] = Field(default_factory=lambda: [128, 128], min_length=1, max_length=8)
     grad_clip: float | None = Field(10.0, gt=0)
     n_step: int = Field(3, ge=1, le=100)
     double_q: bool = True

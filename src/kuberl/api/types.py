@@ -37,13 +37,15 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 
 class _Model(BaseModel):
-    """Strict camelCase model: unknown fields are errors (typos must not pass silently)."""
+    """Strict camelCase model: unknown fields are errors (typos must not pass silently), and no value is
+    coerced ("yes" or 1 for true, true or "5" for an integer) that the CRD schema would refuse."""
 
     model_config = ConfigDict(
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
         validate_assignment=True,
+        strict=True,
     )
 
     def to_manifest(self) -> dict[str, Any]:

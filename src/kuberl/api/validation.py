@@ -187,6 +187,8 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
             parent = _resolve_model(root, loc[:-1])
             hint = _suggest(str(loc[-1]), _model_fields(parent)) if parent else ""
             message = f"unknown field{hint}"
+        elif kind == "int_type" and isinstance(err.get("input"), float):
+            message = "must be a whole number"
         elif kind in _MESSAGES:
             message = _MESSAGES[kind](err.get("ctx") or {})
         else:
