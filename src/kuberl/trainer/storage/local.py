@@ -79,20 +79,37 @@ class LocalStore:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(e, OSError):  # a full disk or a file size limit: the caller retries
+                raise StorageError(f"cannot write {self.url(key)}: {e.strerror or e}") from e
             raise
         _fsync_dir(target.parent)
 
     def append_bytes(self, key: str, data: bytes) -> None:
-        """Append to an object (results.jsonl); a crash can leave only a torn last line."""
+        """Append to an object (results.jsonl); a crash can leave only a torn last line,
+        a failed write (a full disk) leaves the object as it was."""
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "ab") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError:
+                    # A full disk can take part of the data: cut it off, so a retry appends whole lines.
+                    with contextlib.suppress(OSError):  # not a regular file: nothing to cut
+                        os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise StorageError(f"cannot append to {self.url(key)}: {e.strerror or e}") from e
 
     def get_bytes(self, key: str) -> bytes:
         try:

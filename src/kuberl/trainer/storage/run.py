@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from kuberl.trainer.storage.base import NotFound, ObjectStore
+from kuberl.trainer.storage.base import NotFound, ObjectStore, StorageError
 from kuberl.trainer.storage.checkpoints import LATEST, _read_latest_pointer
 from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
 from kuberl.trainer.storage.traces import TraceWriter
@@ -62,6 +62,9 @@ class RunStorage:
         self._tail_checked = False
         self._closed = False
         self._cond = threading.Condition()
+        # Appendable stores: lines the store refused so far (a full disk), in order.
+        self._unappended: list[str] = []
+        self._append_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.last_error: Exception | None = None
 
@@ -112,10 +115,12 @@ class RunStorage:
             if self._base is not None:
                 return parse_jsonl("\n".join(self._base + self._appended).encode())
         if self._appendable:
+            with self._cond:
+                unappended = "\n".join(self._unappended).encode()
             try:
-                return parse_jsonl(self.store.get_bytes(RESULTS))
+                return parse_jsonl(self.store.get_bytes(RESULTS)) + parse_jsonl(unappended)
             except NotFound:
-                return []
+                return parse_jsonl(unappended)
         base = self._load_base()
         with self._cond:
             if self._base is None:
@@ -125,9 +130,9 @@ class RunStorage:
     def append_result(self, result: dict[str, Any]) -> None:
         line = dumps_record(result)
         if self._appendable:
-            prefix = "" if self._tail_checked else self._torn_tail_fix()
-            self.store.append_bytes(RESULTS, (prefix + line + "\n").encode())  # type: ignore[attr-defined]
-            self._tail_checked = True
+            with self._cond:
+                self._unappended.append(line)
+            self._append_pending()
             return
         with self._cond:
             if self.fenced:
@@ -150,6 +155,8 @@ class RunStorage:
             return 0
         if self._appendable:
             self.store.put_bytes(RESULTS, "".join(line + "\n" for line in kept).encode())
+            with self._cond:
+                self._unappended.clear()  # what was kept of them is in the object now
             return dropped
         with self._cond:
             self._base, self._appended = kept, []
@@ -158,6 +165,30 @@ class RunStorage:
             self._cond.notify_all()
         self.flush()
         return dropped
+
+    def _append_pending(self) -> bool:
+        """Append the lines the store has not taken yet; False while it refuses them (a full disk):
+        they stay in memory and go with the next append or flush, so training never stops for it."""
+        with self._append_lock:
+            with self._cond:
+                lines = list(self._unappended)
+            if not lines:
+                return True
+            try:
+                prefix = "" if self._tail_checked else self._torn_tail_fix()
+                self.store.append_bytes(RESULTS, (prefix + "".join(ln + "\n" for ln in lines)).encode())  # type: ignore[attr-defined]
+            except StorageError as e:
+                if self.last_error is None:
+                    log.warning("%s; %d result line(s) kept in memory until it can be written", e, len(lines))
+                self.last_error = e
+                return False
+            self._tail_checked = True
+            with self._cond:
+                del self._unappended[: len(lines)]
+            if self.last_error is not None:
+                log.warning("%s: written again, %d kept line(s) included", self.store.url(RESULTS), len(lines))
+            self.last_error = None
+            return True
 
     def _newer_attempt_owns_run(self) -> bool:
         if self.attempt is None:
@@ -234,7 +265,7 @@ class RunStorage:
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until results.jsonl holds every appended line; False on timeout."""
         if self._appendable:
-            return True
+            return self._append_pending()
         with self._cond:
             self._waiters += 1
             self._cond.notify_all()
@@ -247,7 +278,9 @@ class RunStorage:
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
             return
-        self.flush(timeout)
+        if not self.flush(timeout) and self._unappended:
+            log.error("%s: %d result line(s) could not be written (%s)", self.store.url(RESULTS),
+                      len(self._unappended), self.last_error)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
