@@ -9,6 +9,10 @@ server refuses everything, as a store that went away would.
         s3.create_bucket("runs")
         env = s3.env()                     # AWS_* and endpoint for subprocesses
         store = S3Store("s3://runs/exp", endpoint=s3.endpoint)
+
+Faults for tests, each cleared by clear(): stall(pattern) holds matching PUTs (a write stuck
+mid-way), slow(seconds) delays every request (a throttled store), fail(status, ...) answers
+500 InternalError or 503 SlowDown to a fraction of the requests or to those matching a pattern.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kuberl.testing.ports import free_port
@@ -33,6 +39,26 @@ DEFAULT_CREDENTIALS = {
     "AWS_REGION": "us-east-1",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+_ERRORS = {
+    500: b"<Error><Code>InternalError</Code><Message>injected by the test</Message></Error>",
+    503: b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
+}
+_STATUS_LINES = {500: "500 Internal Server Error", 503: "503 Slow Down"}
+
+
+@dataclass(frozen=True)
+class _Failure:
+    status: int
+    fraction: float
+    pattern: str | None
+
+
+def _drain_body(environ: dict[str, Any]) -> None:
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if length:
+        environ["wsgi.input"].read(length)
 
 
 class S3Server:
@@ -47,7 +73,11 @@ class S3Server:
         self._lock = threading.Lock()
         self._stall_pattern: str | None = None
         self._released = threading.Event()
+        self._delay = 0.0
+        self._failure: _Failure | None = None
         self.stalled = 0  # requests held by stall() so far
+        self.delayed = 0  # requests delayed by slow() so far
+        self.failed = 0  # requests answered with an error by fail() so far
 
     @property
     def endpoint(self) -> str:
@@ -119,8 +149,52 @@ class S3Server:
         self._stall_pattern = None
         self._released.set()
 
+    def slow(self, seconds: float) -> None:
+        """Delay every request by `seconds` before it is served: a throttled or distant store."""
+        if seconds < 0:
+            raise ValueError("slow(): seconds must be >= 0")
+        self._delay = float(seconds)
+
+    def fail(self, status: int = 500, *, fraction: float = 1.0, pattern: str | None = None) -> None:
+        """Answer `status` (500 InternalError or 503 SlowDown) instead of serving a request:
+        each request with probability `fraction`, only those whose path contains `pattern` if given."""
+        if status not in _ERRORS:
+            raise ValueError(f"fail(): status must be one of {sorted(_ERRORS)}, not {status}")
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError("fail(): fraction must be between 0 and 1")
+        self._failure = _Failure(status, fraction, pattern)
+
+    def clear(self) -> None:
+        """End every fault: stalled writes are released, no delay, no injected errors."""
+        self._delay = 0.0
+        self._failure = None
+        self.release()
+
+    def _injected_error(self, environ: dict[str, Any]) -> int | None:
+        """The status to fail this request with, or None to serve it."""
+        failure = self._failure
+        if failure is None or (failure.pattern and failure.pattern not in environ.get("PATH_INFO", "")):
+            return None
+        if failure.fraction < 1.0 and random.random() >= failure.fraction:
+            return None
+        with self._lock:
+            self.failed += 1
+        return failure.status
+
     def _stalling(self, app: Any) -> Any:
         def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+            delay = self._delay
+            if delay:
+                with self._lock:
+                    self.delayed += 1
+                time.sleep(delay)
+            status = self._injected_error(environ)
+            if status is not None:
+                _drain_body(environ)  # an unread body would be taken for the next request on this connection
+                body = _ERRORS[status]
+                start_response(_STATUS_LINES[status],
+                               [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+                return [body]
             pattern = self._stall_pattern
             if pattern and environ.get("REQUEST_METHOD") == "PUT" and pattern in environ.get("PATH_INFO", ""):
                 with self._lock:
