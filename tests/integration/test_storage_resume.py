@@ -61,7 +61,12 @@ class Trainer:
         return max(its, default=0)
 
     def wait(self, timeout: float) -> int:
-        rc = self.proc.wait(timeout=timeout)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # the trainer dumps every thread's stack
+            time.sleep(3)
+            raise AssertionError(f"the trainer did not exit in {timeout} s:\n{self.output(200)}") from None
         self._reader.join(timeout=5)
         return rc
 
@@ -70,8 +75,8 @@ class Trainer:
             os.killpg(self.proc.pid, signal.SIGKILL)  # our own session: the trainer and any child
         self.proc.wait(timeout=30)
 
-    def output(self) -> str:
-        return "\n".join(self.lines[-40:])
+    def output(self, lines: int = 40) -> str:
+        return "\n".join(self.lines[-lines:])
 
 
 def wait_for(condition, timeout: float, what: str) -> None:

@@ -231,3 +231,17 @@ def test_writer_applies_retention(tmp_path: Path) -> None:
         writer.wait(timeout=10)
     writer.close()
     assert [c.iteration for c in list_checkpoints(store)] == [3, 4]
+
+
+def test_new_checkpoints_during_an_outage_do_not_cut_the_backoff_short(tmp_path: Path) -> None:
+    store = SlowStore(tmp_path, delay=0.0)
+    store.failing.set()
+    writer = CheckpointWriter(store, keep=3, max_backoff_seconds=1.0)
+    for i in range(1, 301):  # a fast training loop: a checkpoint every 10 ms for 3 s
+        writer.submit(i, state(i), timesteps=i)
+        time.sleep(0.01)
+    # Backoff 0.5, 1, 1, ... s: a handful of attempts, not one per submitted checkpoint.
+    assert 2 <= writer.failures <= 10, writer.failures
+    store.failing.clear()
+    assert writer.wait(timeout=10).iteration == 300  # the newest state is the one written
+    writer.close()

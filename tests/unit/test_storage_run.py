@@ -134,3 +134,36 @@ def test_results_writer_of_an_older_attempt_is_fenced(tmp_path: Path) -> None:
     assert not zombie.flush(timeout=5)
     zombie.close(timeout=5)
     assert parse_jsonl(store.get_bytes("results.jsonl")) == [{"iteration": 1, "timesteps": 10}]
+
+
+class FailingStore(NoAppendStore):
+    """An S3-like store that refuses every write while `down`, counting the attempts."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.down = True
+        self.attempts = 0
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.attempts += 1
+        if self.down:
+            raise OSError("store unavailable")
+        super().put_bytes(key, data)
+
+
+def test_results_retry_with_backoff_however_many_lines_arrive(tmp_path: Path) -> None:
+    # Each append used to wake the retry at once: thousands of failures, then an overflowing backoff
+    # that killed the writer thread and hung the trainer's exit.
+    import time
+
+    store = FailingStore(tmp_path)
+    run = RunStorage(store, flush_seconds=0.05)
+    for i in range(1, 2001):
+        run.append_result({"iteration": i, "timesteps": i})
+        if i % 100 == 0:
+            time.sleep(0.1)
+    assert store.attempts <= 12, store.attempts
+    store.down = False
+    assert run.flush(timeout=30)
+    run.close()
+    assert [r["iteration"] for r in RunStorage(LocalStore(tmp_path)).read_results()] == list(range(1, 2001))

@@ -7,6 +7,7 @@ the whole old object or the whole new one, never a torn write.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -59,3 +60,9 @@ def open_store(uri: str, *, endpoint: str | None = None, region: str | None = No
     from kuberl.trainer.storage.local import LocalStore
 
     return LocalStore(uri)
+
+
+def retry_delay(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
+    """Seconds to wait after `failures` failures in a row: exponential with full jitter (spreads the
+    retries of many writers apart), capped; any count is safe (no float overflow)."""
+    return random.uniform(0.5 * min(cap, base), min(cap, base * 2 ** min(failures, 32)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import re
 import threading
 import time
@@ -20,7 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kuberl.trainer.storage.base import CheckpointInfo, NotFound, ObjectStore, StorageError, open_store
+from kuberl.trainer.storage.base import (
+    CheckpointInfo,
+    NotFound,
+    ObjectStore,
+    StorageError,
+    open_store,
+    retry_delay,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,11 +315,6 @@ def apply_retention(store: ObjectStore, keep: int) -> list[str]:
     return doomed
 
 
-def _backoff(attempt: int, base: float = 0.5, cap: float = 10.0) -> float:
-    # Full jitter (AWS architecture blog): spreads retries of many writers apart.
-    return random.uniform(0, min(cap, base * 2**attempt))
-
-
 class CheckpointWriter:
     """Writes checkpoints in a background thread so training never waits on the store.
 
@@ -400,9 +401,9 @@ class CheckpointWriter:
             return job
 
     def _run(self) -> None:
+        failures = 0  # in a row, across checkpoints: a newer checkpoint does not reset the backoff
         while (job := self._next()) is not None:
             iteration, files, timesteps = job
-            failures = 0
             while True:
                 started = time.monotonic()
                 try:
@@ -423,6 +424,7 @@ class CheckpointWriter:
                     if self._wait_before_retry(failures):
                         break  # a newer checkpoint replaces this one, or the writer closed
                     continue
+                failures = 0
                 self.last_duration_seconds = time.monotonic() - started
                 self._finish(info)
                 break
@@ -431,9 +433,10 @@ class CheckpointWriter:
                 self._cond.notify_all()
 
     def _wait_before_retry(self, failures: int) -> bool:
-        """Sleep the backoff; True when the write should be given up (newer pending or closed)."""
+        """Sleep the backoff (a submit does not cut it short: the store is still failing; a close does);
+        True when this write should be given up for a newer pending one, or because the writer closed."""
         with self._cond:
-            self._cond.wait(_backoff(failures, cap=self.max_backoff_seconds))
+            self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures, cap=self.max_backoff_seconds))
             return self._pending is not None or self._closed
 
     def _finish(self, info: CheckpointInfo) -> None:

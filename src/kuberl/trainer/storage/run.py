@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from kuberl.trainer.storage.base import NotFound, ObjectStore, StorageError
+from kuberl.trainer.storage.base import NotFound, ObjectStore, StorageError, retry_delay
 from kuberl.trainer.storage.checkpoints import LATEST, _read_latest_pointer
 from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
 from kuberl.trainer.storage.traces import TraceWriter
@@ -253,7 +253,8 @@ class RunStorage:
                 with self._cond:
                     if self._closed:
                         return
-                    self._cond.wait(min(10.0, 0.5 * 2**failures))
+                    # Appends notify the condition; only a close may cut the backoff short.
+                    self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures))
                 continue
             failures, self.last_error = 0, None
             with self._cond:

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from kuberl.trainer.storage.base import ObjectStore
+from kuberl.trainer.storage.base import ObjectStore, retry_delay
 from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,8 @@ class TraceWriter:
                 with self._cond:
                     if self._closed and self._flush_requests == 0:
                         return
-                    self._cond.wait(min(10.0, 0.5 * 2**failures))
+                    # New records notify the condition; only a close may cut the backoff short.
+                    self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures))
                 continue
             failures, self.last_error = 0, None
             with self._cond:
