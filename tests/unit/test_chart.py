@@ -75,16 +75,19 @@ def grants(group: str, resources: list[str], verbs: list[str]) -> set[tuple[str,
     return {(group, r, v) for r in resources for v in verbs}
 
 
-CHILD_VERBS = ["get", "list", "watch", "create", "delete", "patch"]
-NAMESPACED_RULES = (
+# What tests/integration/test_operator_rbac.py records the operator using in a full lifecycle.
+OPERATOR_RULES = (
     grants("kuberl.io", ["rlexperiments"], ["get", "list", "watch", "patch"])
-    | grants("kuberl.io", ["rlexperiments/status"], ["get", "patch"])
-    | grants("", ["pods", "services", "configmaps", "secrets"], CHILD_VERBS)
-    | grants("networking.k8s.io", ["networkpolicies"], CHILD_VERBS)
+    | grants("kuberl.io", ["rlexperiments/status"], ["patch"])
+    | grants("", ["pods"], ["list", "watch", "create", "delete"])
+    | grants("", ["configmaps"], ["get", "create", "patch"])
+    | grants("", ["secrets"], ["get", "create"])
+    | grants("", ["services"], ["create"])
+    | grants("networking.k8s.io", ["networkpolicies"], ["create"])
     | grants("", ["events"], ["create"])
-    | grants("kopf.dev", ["kopfpeerings"], ["get", "list", "watch", "patch"])
 )
-CRD_READ = grants("apiextensions.k8s.io", ["customresourcedefinitions"], ["get", "list", "watch"])
+NAMESPACED_RULES = OPERATOR_RULES | grants("kopf.dev", ["kopfpeerings"], ["list", "watch", "patch"])
+CRD_READ = grants("apiextensions.k8s.io", ["customresourcedefinitions"], ["list", "watch"])
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -98,9 +101,8 @@ def test_helm_lint_strict(helm, values):
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_every_rendered_object_is_valid_for_kubernetes(helm, values, version):
     docs = render(helm, *values)
-    assert {"ServiceAccount", "ClusterRole", "Deployment", "Service", "CustomResourceDefinition"} <= {
-        d["kind"] for d in docs
-    }
+    assert {"ServiceAccount", "Deployment", "Service", "CustomResourceDefinition"} <= {d["kind"] for d in docs}
+    assert {"ClusterRole", "Role"} & {d["kind"] for d in docs}
     for doc in docs:
         if doc["kind"] in NOT_IN_KUBERNETES:
             continue
@@ -225,12 +227,7 @@ def test_readme_quick_start_helm_install_renders(helm):
 def test_cluster_rbac_grants_exactly_what_the_operator_uses(helm):
     docs = render(helm, "--set", "rbac.aggregateToDefaultRoles=false")
     (role,) = by_kind(docs, "ClusterRole")
-    expected = (
-        NAMESPACED_RULES
-        | CRD_READ
-        | grants("", ["namespaces"], ["list", "watch"])
-        | grants("kopf.dev", ["clusterkopfpeerings"], ["get", "list", "watch", "patch"])
-    )
+    expected = OPERATOR_RULES | CRD_READ | grants("kopf.dev", ["clusterkopfpeerings"], ["list", "watch", "patch"])
     assert rule_set(role["rules"]) == expected
     binding = the(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -248,9 +245,8 @@ def test_namespaced_rbac_grants_roles_only_in_the_watched_namespaces(helm):
     assert set(bindings) == {"research", "team-b"}
     for binding in bindings.values():
         assert binding["subjects"][0]["namespace"] == "kuberl-system"
-    # Cluster-wide, only reading CRDs: no pods, secrets or namespaces outside the list.
-    (cluster_role,) = by_kind(docs, "ClusterRole")
-    assert rule_set(cluster_role["rules"]) == CRD_READ
+    # Nothing cluster-wide: the operator does not scan CRDs or namespaces when it watches named ones.
+    assert by_kind(docs, "ClusterRole") == [] and by_kind(docs, "ClusterRoleBinding") == []
     args = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=research" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
 

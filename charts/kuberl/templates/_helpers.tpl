@@ -60,26 +60,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The rules the operator needs, the same in a ClusterRole and in each namespaced Role:
-its resource and status, the children it builds, events, and Kopf's namespaced peering.
+The rules the operator uses, in a ClusterRole or in each namespaced Role: exactly the (resource, verb)
+pairs a full lifecycle records (tests/integration/test_operator_rbac.py), nothing more. Children are
+only created (names are deterministic; ownerReferences delete them), pods also listed and deleted.
 */}}
-{{- define "kuberl.namespacedRules" -}}
+{{- define "kuberl.operatorRules" -}}
 - apiGroups: [kuberl.io]
   resources: [rlexperiments]
   verbs: [get, list, watch, patch]
 - apiGroups: [kuberl.io]
   resources: [rlexperiments/status]
-  verbs: [get, patch]
+  verbs: [patch]
 - apiGroups: [""]
-  resources: [pods, services, configmaps, secrets]
-  verbs: [get, list, watch, create, delete, patch]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, list, watch, create, delete, patch]
+  verbs: [create]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if and .Values.operator.peering .Values.rbac.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
+{{- end }}
 {{- end }}

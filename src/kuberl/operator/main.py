@@ -44,7 +44,12 @@ def run_operator(namespaces: list[str] | None = None, all_namespaces: bool = Fal
     # peering is mandatory: Kopf pauses until its KopfPeering/ClusterKopfPeering object exists (the chart
     # creates it); KUBERL_PEERING=off runs standalone instead.
     peering_name = os.environ.get("KUBERL_PEERING_NAME") or PEERING_NAME
+    settings = kopf.OperatorSettings()
+    # Named namespaces need nothing cluster-wide: without scanning, Kopf neither lists namespaces nor
+    # watches CRDs, so a namespaced install needs no ClusterRole (the CRD must exist at start-up).
+    settings.scanning.disabled = not clusterwide
     kopf.run(
+        settings=settings,
         clusterwide=clusterwide,
         namespaces=chosen,
         standalone=standalone,
