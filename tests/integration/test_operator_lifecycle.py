@@ -220,7 +220,7 @@ def test_suspend_deletes_pods_and_resume_starts_the_next_attempt(harness, ns):
     head = wait_for(lambda: harness.pods(ns).get("sus-head"), what="head of the resumed run")
     assert head["metadata"]["annotations"]["kuberl.io/attempt"] == "2"
     wait_for(lambda: "sus-worker-0" in harness.pods(ns))
-    assert harness.get(ns, "sus")["metadata"]["annotations"].get("kuberl.io/restarts") is None
+    assert (harness.get(ns, "sus")["metadata"].get("annotations") or {}).get("kuberl.io/restarts") is None
 
 
 def test_scale_subresource_changes_workers(harness, ns):

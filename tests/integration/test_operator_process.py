@@ -72,7 +72,10 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
         def pods(ns: str) -> list[dict]:
             return json.loads(core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
 
-        head = wait_for(lambda: pods("watched"), timeout=60, what="head pod in the watched namespace")[0]
+        try:
+            head = wait_for(lambda: pods("watched"), timeout=60, what="head pod in the watched namespace")[0]
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; operator log:\n{(tmp_path / 'operator.log').read_text()[-4000:]}") from None
         assert head["spec"]["containers"][0]["image"] == "example/trainer:test"
         text = wait_for(lambda: "kuberl_operator_experiments{phase=\"Pending\"} 1.0"
                         in _get(f"http://127.0.0.1:{metrics_port}/metrics")[1]

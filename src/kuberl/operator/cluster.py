@@ -119,3 +119,16 @@ class Cluster:
         self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}},
             _content_type=MERGE_PATCH, _preload_content=False)
+
+    def remove_experiment_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
+        body = self.experiment(namespace, name)
+        if body is None:
+            return
+        finalizers = body["metadata"].get("finalizers") or []
+        if finalizer in finalizers:
+            # A JSON patch that tests the list first, so that a concurrent change to it is not overwritten.
+            patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                     {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != finalizer]}]
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch,
+                                                       _content_type="application/json-patch+json",
+                                                       _preload_content=False)

@@ -1,5 +1,11 @@
 """Kopf handlers: short and idempotent; each one only triggers a reconcile of one experiment.
 
+The operator is level-triggered, as a controller is: it watches raw events (`kopf.on.event`) and
+reconciles an experiment whenever its generation changes, one of its pods changes, or its poll is
+due. No Kopf change-detection handlers, so Kopf keeps no bookkeeping on the object: no finalizer
+(deleting an experiment never waits for the operator, even one that is uninstalled), no progress or
+diff-base annotations, and no extra PATCH and watch event for each change.
+
 Shared state lives in Kopf's operator-level memo (set up at start-up; per-object memos are shallow
 copies that share these containers): the settings, the API client, one lock per experiment, the
 trainer progress last read, and the phase of each experiment for the metrics.
@@ -21,14 +27,17 @@ from kuberl.operator import metrics
 from kuberl.operator.builders.common import APP_LABEL, ROLE_LABEL
 from kuberl.operator.cluster import Cluster, load_api_client
 from kuberl.operator.progress import fetch_trainer_status
-from kuberl.operator.reconcile import experiment_of_pod, reconcile_pass
+from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
 from kuberl.operator.settings import Settings, SettingsError
 from kuberl.operator.status import TERMINAL_PHASES
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
 SHORT_REQUEUE = 2.0
-HANDLER_BACKOFF = 2.0
-API_THREADS = 16
+RETRY_BACKOFF = (2.0, 60.0)  # first and longest wait before a failed reconcile is tried again
+API_THREADS = 32
+POLL_TICK = 0.5
+# Operators up to 0.1 used Kopf timers, which put this finalizer on every experiment.
+LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
 try:
     _POLL_SECONDS = Settings.from_env().status_poll_seconds
@@ -43,16 +52,12 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-    # Kopf's bookkeeping goes to annotations: the CRD's status schema would prune a status.kopf field.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration")
     settings.posting.level = logging.WARNING  # events are the operator's own, not Kopf's log lines
     settings.watching.server_timeout = 300
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefix="kuberl-api"))
     memo.settings = Settings.from_env()
-    memo.cluster = Cluster(load_api_client(pool_size=API_THREADS))
+    memo.cluster = Cluster(load_api_client(pool_size=API_THREADS + CREATE_THREADS))
     memo.http = aiohttp.ClientSession()
     memo.locks = {}
     memo.queued = set()
@@ -60,17 +65,25 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.head_ips = {}
     memo.phases = {}
     memo.ensured = {}
+    memo.generations = {}  # the generation each experiment was last reconciled for
+    memo.ttl = {}  # spec.ttlSecondsAfterFinished: finished experiments with one are still polled
+    memo.next_poll = {}
+    memo.retries = {}
+    memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("poller") is not None:
+        memo.poller.cancel()
     if memo.get("http") is not None:
         await memo.http.close()
 
 
 async def reconcile(memo: kopf.Memo, namespace: str, name: str, logger: logging.Logger | Any) -> None:
-    """Reconcile one experiment; concurrent triggers coalesce into one follow-up run."""
+    """Reconcile one experiment; concurrent triggers coalesce into one follow-up run.
+    A pass that fails (the API unreachable, a conflict) is retried with backoff."""
     key = (namespace, name)
     if key in memo.queued:
         return
@@ -78,55 +91,86 @@ async def reconcile(memo: kopf.Memo, namespace: str, name: str, logger: logging.
     lock = memo.locks.setdefault(key, asyncio.Lock())
     async with lock:
         memo.queued.discard(key)
-        for _ in range(MAX_PASSES):
-            started = time.perf_counter()
-            try:
-                result = await asyncio.to_thread(
-                    reconcile_pass, memo.cluster, memo.settings, namespace, name,
-                    trainer=memo.trainer.get(key), ensured_generation=memo.ensured.get(key))
-            except Exception:
-                metrics.RECONCILES.labels(result="error").inc()
-                raise
-            finally:
-                metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-            metrics.RECONCILES.labels(result="success").inc()
-            if result is None:
-                _forget(memo, key)
-                return
-            decision, body = result.decision, result.body
-            if decision.ensure_children and not decision.use_running_spec:
-                memo.ensured[key] = body["metadata"].get("generation")
-            memo.phases[key] = decision.status.get("phase", "Pending")
-            metrics.publish_phases(memo.phases)
-            for event in decision.events:
-                kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
-            if decision.delete_pods and not (decision.create_head or decision.create_workers):
-                continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
-            if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
-                await asyncio.sleep(decision.requeue_after)
-                continue
+        try:
+            await _reconcile_passes(memo, key)
+        except Exception as exc:  # noqa: BLE001 - logged and retried; the next trigger may also fix it
+            _schedule_retry(memo, key, logger, exc)
+        else:
+            memo.retries.pop(key, None)
+
+
+async def _reconcile_passes(memo: kopf.Memo, key: tuple[str, str]) -> None:
+    namespace, name = key
+    for _ in range(MAX_PASSES):
+        started = time.perf_counter()
+        try:
+            result = await asyncio.to_thread(
+                reconcile_pass, memo.cluster, memo.settings, namespace, name,
+                trainer=memo.trainer.get(key), ensured_generation=memo.ensured.get(key))
+        except Exception:
+            metrics.RECONCILES.labels(result="error").inc()
+            raise
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        metrics.RECONCILES.labels(result="success").inc()
+        if result is None:
+            _forget(memo, key)
             return
+        decision, body = result.decision, result.body
+        if decision.ensure_children and not decision.use_running_spec:
+            memo.ensured[key] = body["metadata"].get("generation")
+        memo.phases[key] = decision.status.get("phase", "Pending")
+        metrics.publish_phases(memo.phases)
+        for event in decision.events:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+        if decision.delete_pods and not (decision.create_head or decision.create_workers):
+            continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
+        if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
+            await asyncio.sleep(decision.requeue_after)
+            continue
+        return
+
+
+def _schedule_retry(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logger | Any, exc: Exception) -> None:
+    failures = memo.retries.get(key, 0) + 1
+    memo.retries[key] = failures
+    delay = min(RETRY_BACKOFF[0] * 2 ** (failures - 1), RETRY_BACKOFF[1])
+    logger.error("reconcile of %s/%s failed (%s: %s); retry %d in %.0f s",
+                 key[0], key[1], type(exc).__name__, exc, failures, delay)
+
+    async def retry() -> None:
+        await asyncio.sleep(delay)
+        if key in memo.generations:  # not deleted meanwhile
+            await reconcile(memo, key[0], key[1], logger)
+
+    asyncio.get_running_loop().create_task(retry())
 
 
 def _forget(memo: kopf.Memo, key: tuple[str, str]) -> None:
-    for store in (memo.trainer, memo.head_ips, memo.phases, memo.ensured):
+    for store in (memo.trainer, memo.head_ips, memo.phases, memo.ensured, memo.generations, memo.ttl,
+                  memo.next_poll, memo.retries):
         store.pop(key, None)
     metrics.publish_phases(memo.phases)
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL, backoff=HANDLER_BACKOFF)
-@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=HANDLER_BACKOFF)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=HANDLER_BACKOFF)
-async def experiment_changed(name: str, namespace: str, memo: kopf.Memo, logger: logging.Logger,
-                             **_: Any) -> None:
-    memo.ensured.pop((namespace, name), None)  # a new spec: the ConfigMap may need to follow
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
+                           logger: logging.Logger, **_: Any) -> None:
+    key = (namespace, name)
+    meta = body.get("metadata", {})
+    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+        if LEGACY_FINALIZER in (meta.get("finalizers") or []):
+            await asyncio.to_thread(memo.cluster.remove_experiment_finalizer, namespace, name, LEGACY_FINALIZER)
+        _forget(memo, key)  # ownerReferences make the children go with it
+        memo.locks.pop(key, None)
+        return
+    memo.ttl[key] = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
+    generation = meta.get("generation")
+    if key in memo.generations and memo.generations[key] == generation:
+        return  # the operator's own status or annotation write: nothing new to act on
+    memo.generations[key] = generation
+    memo.next_poll.setdefault(key, time.monotonic() + _POLL_SECONDS)
     await reconcile(memo, namespace, name, logger)
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-async def experiment_deleted(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    _forget(memo, (namespace, name))  # ownerReferences make the children go with it
-    memo.locks.pop((namespace, name), None)
 
 
 @kopf.on.event("", "v1", "pods", labels={APP_LABEL: "kuberl", ROLE_LABEL: kopf.PRESENT})
@@ -142,16 +186,26 @@ async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, mem
     await reconcile(memo, namespace, experiment, logger)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=_POLL_SECONDS, initial_delay=_POLL_SECONDS)
-async def poll_progress(name: str, namespace: str, status: kopf.Status, spec: kopf.Spec, memo: kopf.Memo,
-                        logger: logging.Logger, **_: Any) -> None:
-    key = (namespace, name)
-    phase = status.get("phase")
-    if phase in TERMINAL_PHASES and spec.get("ttlSecondsAfterFinished") is None:
+async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
+    """Every status_poll_seconds, each experiment in turn: read the trainer's progress, reconcile.
+    One loop for all experiments, each on its own schedule so that polls spread out."""
+    while True:
+        await asyncio.sleep(POLL_TICK)
+        now = time.monotonic()
+        due = [key for key, at in memo.next_poll.items() if at <= now]
+        for key in due:
+            memo.next_poll[key] = now + memo.settings.status_poll_seconds
+        if due:
+            await asyncio.gather(*(_poll(memo, key, logger) for key in due), return_exceptions=True)
+
+
+async def _poll(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logger) -> None:
+    phase = memo.phases.get(key)
+    if phase in TERMINAL_PHASES and memo.ttl.get(key) is None:
         return
     ip = memo.head_ips.get(key)
     if phase in ("Starting", "Running") and ip:
         trainer = await fetch_trainer_status(memo.http, ip, memo.settings.status_port)
         if trainer is not None:
             memo.trainer[key] = trainer
-    await reconcile(memo, namespace, name, logger)
+    await reconcile(memo, key[0], key[1], logger)

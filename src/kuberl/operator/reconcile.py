@@ -7,7 +7,9 @@ is in the experiment's status and annotations, so an operator restart continues 
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,8 @@ RESTARTS_ANNOTATION = "kuberl.io/restarts"
 FAILED_ATTEMPT_ANNOTATION = "kuberl.io/failed-attempt"
 REQUIRED_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MAX_ERRORS_SHOWN = 10
+CREATE_THREADS = 32
+_creators = concurrent.futures.ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="kuberl-create")
 
 
 @dataclass
@@ -99,18 +103,32 @@ def _running_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
         return None
 
 
+def all_at_once(calls: list[Callable[[], bool]]) -> list[bool]:
+    """Independent API calls, sent together (one round trip instead of one each); the first error is
+    raised once every call has finished, so that a retry sees the whole outcome."""
+    futures = [_creators.submit(call) for call in calls]
+    concurrent.futures.wait(futures)
+    for future in futures:
+        if future.exception() is not None:
+            raise future.exception()
+    return [future.result() for future in futures]
+
+
 def ensure_children(cluster: Cluster, experiment: RLExperiment, owner: Owner, settings: Settings, *,
                     update_config: bool) -> None:
     """Secret, ConfigMap, Service and NetworkPolicy; each created once, the ConfigMap kept current."""
-    cluster.create(build_token_secret(owner, new_token()))  # an existing token is kept
     config = build_config_map(experiment, owner)
-    if not cluster.create(config) and update_config:
+    children = [build_token_secret(owner, new_token()),  # an existing token is kept
+                config,
+                build_head_service(owner),
+                build_network_policy(owner, operator_namespace=settings.operator_namespace,
+                                     prometheus_namespace=settings.prometheus_namespace)]
+    created = dict(zip(("secret", "config", "service", "policy"),
+                       all_at_once([lambda body=body: cluster.create(body) for body in children]), strict=True))
+    if not created["config"] and update_config:
         existing = cluster.config_map(owner.namespace, config["metadata"]["name"]) or {}
         if existing.get("data") != config["data"]:
             cluster.replace_config_map_data(owner.namespace, config["metadata"]["name"], config["data"])
-    cluster.create(build_head_service(owner))
-    cluster.create(build_network_policy(owner, operator_namespace=settings.operator_namespace,
-                                        prometheus_namespace=settings.prometheus_namespace))
 
 
 def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -181,10 +199,11 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
             effective = validate_document(doc, strict=False)
         if not children_ready or decision.create_head:
             ensure_children(cluster, effective, owner, settings, update_config=not decision.use_running_spec)
+        # The head before its workers: whatever a crash leaves, no worker ever exists without its head.
         if decision.create_head:
             cluster.create(build_head_pod(effective, owner, decision.create_head))
-        for index in decision.create_workers:
-            cluster.create(build_worker_pod(effective, owner, index, decision.worker_attempt))
+        workers = [build_worker_pod(effective, owner, index, decision.worker_attempt) for index in decision.create_workers]
+        all_at_once([lambda body=body: cluster.create(body) for body in workers])
     status = dict(decision.status)
     status["selector"] = selector(name, "worker") if resolved else None
     status = {k: v for k, v in status.items() if v is not None}
