@@ -272,3 +272,22 @@ def test_delete_removes_every_child(harness, ns):
     for plural in ("configmaps", "services", "secrets"):
         assert harness.objects(ns, plural) == []
     assert harness.objects(ns, "networkpolicies", "networking.k8s.io") == []
+
+
+def test_no_finalizer_and_a_legacy_one_does_not_block_deletion(harness, ns):
+    harness.apply(ns, experiment_body("plain", workers={"replicas": 0}))
+    wait_for(lambda: "plain-head" in harness.pods(ns))
+    assert not harness.get(ns, "plain")["metadata"].get("finalizers")  # deleting never waits on the operator
+
+    # An experiment from an operator version whose Kopf timers put a finalizer on it.
+    body = experiment_body("legacy", workers={"replicas": 0})
+    body["metadata"]["finalizers"] = ["kopf.zalando.org/KopfFinalizerMarker", "example.com/keep"]
+    harness.apply(ns, body)
+    wait_for(lambda: "legacy-head" in harness.pods(ns))
+    harness.delete(ns, "legacy")
+    wait_for(lambda: harness.get(ns, "legacy")["metadata"].get("finalizers") == ["example.com/keep"],
+             what="the legacy finalizer removed, the other kept")
+    harness.custom.patch_namespaced_custom_object("kuberl.io", "v1alpha1", ns, "rlexperiments", "legacy",
+                                                  {"metadata": {"finalizers": None}},
+                                                  _content_type="application/merge-patch+json")
+    wait_for(lambda: "legacy-head" not in harness.pods(ns), what="the experiment and its pods gone")
