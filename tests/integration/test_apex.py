@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from fault_figures import report_figures
 
 from kuberl.trainer.apex import ApexDQNConfig
 
@@ -24,13 +27,17 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
         result = algo.train()
         first_workers = list(algo.worker_actors)
         ray.kill(first_workers[0], no_restart=True)
+        killed, replaced_after = time.monotonic(), None
         best = 0.0
         restarts = 0
         while algo.timesteps < 80_000 and best < 60:
             result = algo.train()
             restarts = result["sampler"]["workerRestarts"]
+            if restarts and replaced_after is None:
+                replaced_after = time.monotonic() - killed
             best = max(best, result["episodeReturnMean"] or 0.0)
         assert restarts >= 1
+        report_figures("apex-rollout-worker-killed", replaced_after_seconds=replaced_after, training_stopped=False)
         assert algo.worker_actors[0] is not first_workers[0]
         assert set(result["workers"]) == {"worker_1", "worker_2"}  # the replacement samples again
         # random play averages about 22; both shards fill and the learner keeps updating
@@ -56,6 +63,7 @@ def test_a_killed_replay_shard_is_replaced_and_training_goes_on() -> None:
         while before["learner"]["updates"] == 0:
             before = algo.train()
         ray.kill(algo.shards[1], no_restart=True)
+        killed = time.monotonic()
         restarts, result = 0, before
         for _ in range(10):
             result = algo.train()
@@ -64,6 +72,9 @@ def test_a_killed_replay_shard_is_replaced_and_training_goes_on() -> None:
                 break
         assert restarts == 1
         assert result["replay"]["shard_1"]["size"] > 0  # the new shard is being filled
+        # What the dead shard held is gone (replay is not checkpointed): its share of the buffer.
+        report_figures("apex-replay-shard-killed", refilling_after_seconds=time.monotonic() - killed,
+                       transitions_lost=before["replay"]["shard_1"]["size"])
         after = algo.train()
         assert after["learner"]["updates"] > before["learner"]["updates"]
         assert after["timesteps"] > before["timesteps"]

@@ -7,7 +7,7 @@ in bench/operator_lifecycle.py; docs/reliability.md has both sets of figures.
 from __future__ import annotations
 
 import pytest
-from trainer_process import report_figures
+from fault_figures import report_figures
 
 from kuberl.testing.lifecycle_load import lifecycle_load
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from fault_figures import report_figures
 
 from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
 
@@ -59,12 +60,16 @@ def test_crash_at_each_step_of_a_reconcile_makes_nothing_twice(harness, index, s
     wait_for(lambda: fault_hits(harness) > hits, what=f"the reconcile to reach {method} {pattern}")
     harness.stop_operator()  # the crash: the reconcile stops right there
     clear(harness)
+    restarted = time.monotonic()
     harness.start_operator()
     wait_for(lambda: len(harness.pods(ns)) == 3, what="all pods after the restart")
     wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1, what="the status after the restart")
+    recovery = time.monotonic() - restarted
     time.sleep(0.5)
     assert_created_once(harness, ns)
     assert harness.status(ns, "exp")["phase"] == "Pending"
+    report_figures(f"operator-crash-before-{method} {pattern} +{skip}", recovery_seconds=recovery,
+                   objects_created_twice=0)
 
 
 def test_crash_after_recording_a_head_failure_counts_it_once(harness):
@@ -77,6 +82,7 @@ def test_crash_after_recording_a_head_failure_counts_it_once(harness):
              what="failure recorded")
     harness.stop_operator()
     clear(harness)
+    restarted = time.monotonic()
     harness.start_operator()
     head = wait_for(lambda: harness.pods(ns).get("exp-head", {}).get("metadata", {}).get("annotations", {})
                     .get("kuberl.io/attempt") == "2", what="attempt 2 after the restart")
@@ -85,3 +91,5 @@ def test_crash_after_recording_a_head_failure_counts_it_once(harness):
     annotations = harness.get(ns, "exp")["metadata"]["annotations"]
     assert annotations["kuberl.io/restarts"] == "1" and annotations["kuberl.io/failed-attempt"] == "1"
     assert harness.created_count(ns, "pods", "exp-head") == 2
+    report_figures("operator-crash-after-recording-a-head-failure", recovery_seconds=time.monotonic() - restarted,
+                   head_failures_counted=int(annotations["kuberl.io/restarts"]))

@@ -17,14 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_process import (
-    GRACE_SECONDS,
-    Trainer,
-    assert_results_contiguous,
-    ppo_manifest,
-    report_figures,
-    wait_for,
-)
+from fault_figures import report_figures
+from trainer_process import GRACE_SECONDS, Trainer, assert_results_contiguous, ppo_manifest, wait_for
 
 from kuberl.testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -103,14 +102,3 @@ def assert_results_contiguous(store: ObjectStore) -> list[dict]:
     assert iterations == list(range(1, len(iterations) + 1)), iterations
     assert all(b > a for a, b in zip(timesteps, timesteps[1:], strict=False)), timesteps
     return results
-
-
-def report_figures(fault: str, **figures: Any) -> None:
-    """Print one fault's measured figures, and append them to $KUBERL_RELIABILITY_LOG (JSON Lines) if set:
-    docs/reliability.md quotes them."""
-    line = {"fault": fault, **{k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}}
-    print("RELIABILITY " + json.dumps(line))
-    path = os.environ.get("KUBERL_RELIABILITY_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(line) + "\n")
