@@ -10,10 +10,12 @@ import base64
 import itertools
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
+from fault_figures import report_figures
 
 from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
 from kuberl.testing.ports import free_port
@@ -121,11 +123,16 @@ def test_lost_worker_pods_are_recreated(harness, ns):
     harness.apply(ns, experiment_body("wrk", workers={"replicas": 2}))
     wait_for(lambda: len(harness.pods(ns)) == 3)
     first_uid = harness.pods(ns)["wrk-worker-1"]["metadata"]["uid"]
+    failed = time.monotonic()
     harness.set_pod_status(ns, "wrk-worker-1", "Failed", exit_code=137, message="OOMKilled")
     wait_for(lambda: harness.pods(ns).get("wrk-worker-1", {}).get("metadata", {}).get("uid") not in (None, first_uid),
              what="a new worker-1")
+    failed_replaced = time.monotonic() - failed
+    deleted = time.monotonic()
     harness.core.delete_namespaced_pod("wrk-worker-0", ns)
     pod = wait_for(lambda: harness.pods(ns).get("wrk-worker-0"), what="worker-0 recreated")
+    report_figures("worker-pod-failed-or-deleted", failed_pod_replaced_seconds=failed_replaced,
+                   deleted_pod_replaced_seconds=time.monotonic() - deleted)
     assert pod["metadata"]["annotations"]["kuberl.io/attempt"] == "1"
     assert "exp" not in harness.pods(ns)  # nothing else appeared
     assert harness.created_count(ns, "pods", "wrk-head") == 1
@@ -134,18 +141,23 @@ def test_lost_worker_pods_are_recreated(harness, ns):
 def test_failed_head_is_recreated_with_the_next_attempt_until_backoff_limit(harness, ns):
     harness.apply(ns, experiment_body("hd", backoffLimit=1, workers={"replicas": 1}))
     wait_for(lambda: "hd-head" in harness.pods(ns))
+    failed = time.monotonic()
     harness.set_pod_status(ns, "hd-head", "Failed", exit_code=1, message={"result": "Failed", "reason": "Crash",
                                                                            "message": "ray died"})
     head = wait_for(lambda: harness.pods(ns).get("hd-head", {}).get("metadata", {}).get("annotations", {})
                     .get("kuberl.io/attempt") == "2" and harness.pods(ns)["hd-head"], what="attempt 2 head")
+    head_replaced = time.monotonic() - failed
     env = {e["name"]: e.get("value") for e in head["spec"]["containers"][0]["env"]}
     assert env["KUBERL_ATTEMPT"] == "2"
     wait_for(lambda: harness.status(ns, "hd").get("attempt") == 2)
     worker = wait_for(lambda: harness.pods(ns).get("hd-worker-0", {}).get("metadata", {}).get("annotations", {})
                       .get("kuberl.io/attempt") == "2", what="worker of attempt 2")
     assert worker
+    failed_again = time.monotonic()
     harness.set_pod_status(ns, "hd-head", "Failed", exit_code=1, message="segfault")
     wait_for(phase_is(harness, ns, "hd", "Failed"), what="Failed after backoffLimit")
+    report_figures("head-pod-failed-until-backoffLimit", head_replaced_seconds=head_replaced,
+                   failed_phase_after_last_failure_seconds=time.monotonic() - failed_again)
     stalled = harness.condition(ns, "hd", "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == "BackoffLimitExceeded"
     wait_for(lambda: "hd-worker-0" not in harness.pods(ns), what="workers deleted")
