@@ -27,7 +27,7 @@ def test_150_experiments_get_children_progress_and_go_away_with_bounded_memory_a
     assert None not in lags, f"some .status never caught up with its trainer: {figures}"
     # Each poll round reaches every experiment: the lag stays near one poll period and does not
     # grow from round to round (a backlog would). The slack is for a busy 2-core machine.
-    assert max(lags) <= 10 * POLL_SECONDS, figures
+    assert max(lags) <= 15 * POLL_SECONDS, figures
     assert lags[-1] <= lags[0] + 3 * POLL_SECONDS, figures
     assert figures["all_gone"] and figures["left_over_children"] == 0, figures
     assert figures["rss_mb_peak"] < RSS_LIMIT_MB, figures

@@ -1,4 +1,5 @@
-"""Storage faults under a running `kuberl train`: a throttled S3, S3 answering 500s, a full local disk.
+"""Storage faults under a running `kuberl train`: a throttled S3, S3 answering 500s, S3 down for 30 s,
+a full local disk.
 
 For each: training goes on through the fault (iterations advance), nothing is lost (results.jsonl
 holds every iteration once, the final checkpoint is the last iteration), and the test reports how
@@ -100,7 +101,7 @@ def _end_gracefully(trainer: Trainer, store, results_of, fault: str, figures: di
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("fault", ["s3-slow-0.5s-per-request", "s3-500-every-request"])
+@pytest.mark.parametrize("fault", ["s3-slow-0.5s-per-request", "s3-500-every-request", "s3-down-30s"])
 def test_training_goes_on_through_a_faulty_store_and_loses_nothing(
     s3: S3Server, s3_bucket: str, tmp_path: Path, fault: str
 ) -> None:
@@ -113,14 +114,21 @@ def test_training_goes_on_through_a_faulty_store_and_loses_nothing(
         latest = latest_checkpoint(store)
         return latest.iteration if latest else 0
 
-    inject = (lambda: s3.slow(0.5)) if "slow" in fault else (lambda: s3.fail(500))
+    faults = {  # (inject, clear, seconds)
+        "s3-slow-0.5s-per-request": (lambda: s3.slow(0.5), s3.clear, FAULT_SECONDS),
+        "s3-500-every-request": (lambda: s3.fail(500), s3.clear, FAULT_SECONDS),
+        "s3-down-30s": (s3.stop, s3.start, 30.0),  # connections refused, open ones cut
+    }
+    inject, clear, seconds = faults[fault]
+    delayed, failed = s3.delayed, s3.failed
     trainer = Trainer(path, s3.env())
     try:
-        figures = _run_through(trainer, inject, s3.clear, checkpoint_iteration, FAULT_SECONDS)
-        figures["requests_delayed_or_failed"] = s3.delayed if "slow" in fault else s3.failed
+        figures = _run_through(trainer, inject, clear, checkpoint_iteration, seconds)
+        figures["requests_delayed_or_failed"] = s3.delayed - delayed + s3.failed - failed
         _end_gracefully(trainer, store, lambda: assert_results_contiguous(store), fault, figures)
     finally:
         s3.clear()
+        s3.start()
         trainer.kill()
 
 
