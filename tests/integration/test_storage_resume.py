@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from fault_figures import report_figures
+from trainer_process import KUBERL, Trainer, wait_for
 
 from kuberl.testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
@@ -20,7 +19,6 @@ from kuberl.trainer.storage.s3 import S3Store
 from kuberl.trainer.storage.traces import read_traces
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # trainer processes on a busy CI machine
-KUBERL = str(Path(sys.executable).parent / "kuberl")
 
 
 def manifest(name: str, bucket: str, endpoint: str, stop: str, every: int) -> str:
@@ -37,54 +35,6 @@ spec:
   traces: {{enabled: true}}
   storage: {{uri: "s3://{bucket}/runs", endpoint: "{endpoint}"}}
 """
-
-
-class Trainer:
-    """A `kuberl train` process in its own session, its output collected line by line."""
-
-    def __init__(self, path: Path, env: dict[str, str]) -> None:
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [KUBERL, "train", "-f", str(path)], cwd=path.parent, env={**os.environ, **env},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def iterations_seen(self) -> int:
-        its = [int(ln.split()[1]) for ln in self.lines if ln.startswith("iter ")]
-        return max(its, default=0)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGUSR1)  # the trainer dumps every thread's stack
-            time.sleep(3)
-            raise AssertionError(f"the trainer did not exit in {timeout} s:\n{self.output(200)}") from None
-        self._reader.join(timeout=5)
-        return rc
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # our own session: the trainer and any child
-        self.proc.wait(timeout=30)
-
-    def output(self, lines: int = 40) -> str:
-        return "\n".join(self.lines[-lines:])
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def assert_results_monotonic(store: S3Store) -> list[dict]:
@@ -150,10 +100,14 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
         s3.release()
     complete = list_checkpoints(store)
     previous = complete[-1].iteration
+    killed_results = RunStorage(store).read_results()  # what the killed run had written
     torn = sorted({k.split("/")[1] for k in store.list("checkpoints/") if k.count("/") == 2})[-1]
     assert int(torn) > previous and not store.exists(f"checkpoints/{torn}/manifest.json")
     assert store.list(f"checkpoints/{torn}/"), "the killed write left no files: nothing was torn"
 
+    report_figures("kill-9-mid-checkpoint", checkpoint_every=3, resumed_from=previous,
+                   iterations_lost=killed_results[-1]["iteration"] - previous,
+                   steps_lost=killed_results[-1]["timesteps"] - complete[-1].timesteps)
     stop_at = int(torn) + 3
     path.write_text(manifest("killed", s3_bucket, s3.endpoint, f"{{iterations: {stop_at}}}", every=3))
     rerun = Trainer(path, s3.env())
