@@ -7,10 +7,12 @@
    replay shards 1, 2, over --seconds each after a warm-up. Sampling does not wait for the learner
    here (replay_ratio near 0), so the figures show what the actors and the learner each sustain.
 2. Wall time to --target (CartPole-v1 return mean over 100 episodes) with apex-dqn defaults,
-   2 workers and 2 shards, capped at --cap seconds.
+   2 workers and 2 shards, capped at --cap seconds; --repeats runs (seeds --seed, --seed+1, ...),
+   reported one by one and as the median (asynchronous training differs from run to run even
+   with one seed).
 3. RLlib 2.60 APPO and DQN (defaults) to the same target, as subprocesses of .venv-rllib's python
-   on a local Ray bound to 127.0.0.2, each capped at --rllib-cap; skipped with a message when
-   .venv-rllib is missing.
+   on a local Ray bound to 127.0.0.2, each capped at --rllib-cap, --rllib-repeats runs each;
+   skipped with a message when .venv-rllib is missing.
 Prints a table, and writes a PNG with the throughput bars and the learning curves.
 """
 
@@ -18,15 +20,14 @@ from __future__ import annotations
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
+import math  # noqa: E402
 import sys
-import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from rllib_runner import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,34 +134,12 @@ def time_to_target(target: float, cap: float, seed: int) -> dict[str, Any]:
 def run_rllib(python: Path, algorithm: str, target: float, cap: float, seed: int) -> dict[str, Any]:
     if not python.exists():
         return {"error": f"{python} not found: run `make bench-deps` first"}
-    with tempfile.NamedTemporaryFile("w", suffix=f"_rllib_{algorithm.lower()}.py", delete=False) as script:
-        script.write(RLLIB_SCRIPT)
-    lines: list[dict[str, Any]] = []
-    try:
-        with tempfile.TemporaryFile("w+") as stderr_file:
-            # Its own session, so that the watchdog stops RLlib's Ray processes with it and nothing else.
-            proc = subprocess.Popen(
-                [str(python), script.name, algorithm, str(target), str(cap), str(seed)],
-                stdout=subprocess.PIPE, stderr=stderr_file, text=True, cwd=tempfile.gettempdir(),
-                start_new_session=True,
-            )
-            watchdog = threading.Timer(2 * cap + 180, lambda: os.killpg(proc.pid, signal.SIGKILL))
-            watchdog.start()
-            try:
-                assert proc.stdout is not None
-                lines = [json.loads(line) for line in proc.stdout if line.startswith("{")]
-                proc.wait()
-            finally:
-                watchdog.cancel()
-            stderr_file.seek(0)
-            stderr = stderr_file.read()[-1500:]
-    finally:
-        Path(script.name).unlink(missing_ok=True)
-    final = [line for line in lines if line.get("final")]
-    curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in lines if not line.get("final")]
+    run = run_script(python, RLLIB_SCRIPT, [algorithm, str(target), str(cap), str(seed)], 2 * cap + 180)
+    final = [line for line in run.lines if line.get("final")]
+    curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in run.lines if not line.get("final")]
     if final:
         return {**final[-1], "curve": curve}
-    return {"error": f"RLlib {algorithm} exited {proc.returncode}: {stderr.strip()}", "curve": curve}
+    return {"error": run.error(f"RLlib {algorithm}"), "curve": curve}
 
 
 def print_table(throughput: list[dict[str, Any]]) -> None:
@@ -216,6 +195,22 @@ def plot(path: Path, throughput: list[dict[str, Any]], curves: dict[str, list], 
     fig.savefig(path, dpi=110)
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median wall time to target (runs that missed it count as infinitely slow)."""
+    ranked = sorted(runs, key=lambda r: r["timeSeconds"] if r.get("reached") else math.inf)
+    return ranked[(len(ranked) - 1) // 2] if ranked else {"error": "no runs"}
+
+
+def summary_line(name: str, runs: list[dict[str, Any]], target: float) -> str:
+    if not runs or all("error" in r for r in runs):
+        return describe(name, runs[0] if runs else {"error": "no runs"}, target)
+    times = ", ".join(f"{r['timeSeconds']:.0f} s" if r.get("reached") else f"> {r['timeSeconds']:.0f} s (missed)"
+                      for r in runs if "error" not in r)
+    middle = median_run(runs)
+    shown = f"{middle['timeSeconds']:.1f} s" if middle.get("reached") else "not reached"
+    return f"{name}: median time to {target:g} over {len(runs)} runs: {shown}  (runs: {times})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, required=True, help="PNG to write")
@@ -226,8 +221,10 @@ def main() -> int:
     parser.add_argument("--shards", default="1,2")
     parser.add_argument("--target", type=float, default=450.0)
     parser.add_argument("--cap", type=float, default=300.0, help="apex-dqn time-to-target cap, seconds")
+    parser.add_argument("--repeats", type=int, default=3, help="apex-dqn time-to-target runs")
     parser.add_argument("--rllib-cap", type=float, default=300.0, help="each RLlib run's cap, seconds")
     parser.add_argument("--rllib", default="APPO,DQN", help="RLlib algorithms to run; empty skips RLlib")
+    parser.add_argument("--rllib-repeats", type=int, default=1, help="runs of each RLlib algorithm")
     parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -242,33 +239,44 @@ def main() -> int:
             throughput.append(row)
             print(f"measured {workers} workers / {shards} shards: {row['envStepsPerSecond']:.0f} env steps/s, "
                   f"{row['updatesPerSecond']:.1f} updates/s", flush=True)
-    apex = time_to_target(args.target, args.cap, args.seed)
-    print(describe("kuberl apex-dqn (2 workers, 2 shards)", apex, args.target), flush=True)
+    apex_runs = []
+    for i in range(args.repeats):
+        apex_runs.append(time_to_target(args.target, args.cap, args.seed + i))
+        print(describe(f"kuberl apex-dqn (2 workers, 2 shards), seed {args.seed + i}", apex_runs[-1], args.target),
+              flush=True)
     import ray
 
     ray.shutdown()  # leave the CPUs to RLlib
-    rllib = {name: run_rllib(args.rllib_python, name, args.target, args.rllib_cap, args.seed)
-             for name in args.rllib.split(",") if name}
-    for name, run in rllib.items():
-        print(describe(f"RLlib {name} (defaults)", run, args.target), flush=True)
+    rllib: dict[str, list[dict[str, Any]]] = {}
+    for name in (n for n in args.rllib.split(",") if n):
+        for i in range(args.rllib_repeats):
+            run = run_rllib(args.rllib_python, name, args.target, args.rllib_cap, args.seed + i)
+            rllib.setdefault(name, []).append(run)
+            print(describe(f"RLlib {name} (defaults), seed {args.seed + i}", run, args.target), flush=True)
 
     print()
     print_table(throughput)
     print()
-    print(describe("kuberl apex-dqn (2 workers, 2 shards)", apex, args.target))
-    if apex["queueEmptyFraction"] is not None:
-        print(f"  learner queue found empty in {apex['queueEmptyFraction']:.1%} of its fetches while training")
-    for name, run in rllib.items():
-        print(describe(f"RLlib {name} (defaults)", run, args.target))
-    appo = rllib.get("APPO", {})
-    if apex["reached"] and appo.get("reached"):
-        print(f"wall time to {args.target:g}, apex-dqn / RLlib APPO: {apex['timeSeconds'] / appo['timeSeconds']:.2f} "
-              "(target <= 0.5)")
-    curves = {"kuberl apex-dqn": apex["curve"], **{f"RLlib {n}": r.get("curve", []) for n, r in rllib.items()}}
+    apex = median_run(apex_runs)
+    print(summary_line("kuberl apex-dqn (2 workers, 2 shards)", apex_runs, args.target))
+    empty = [r["queueEmptyFraction"] for r in apex_runs if r.get("queueEmptyFraction") is not None]
+    if empty:
+        print(f"  learner queue found empty in {max(empty):.1%} of its fetches at most while training")
+    for name, runs in rllib.items():
+        print(summary_line(f"RLlib {name} (defaults)", runs, args.target))
+    appo = median_run(rllib.get("APPO", []))
+    if apex.get("reached") and appo.get("reached"):
+        print(f"wall time to {args.target:g}, median apex-dqn / median RLlib APPO: "
+              f"{apex['timeSeconds'] / appo['timeSeconds']:.2f} (target <= 0.5)")
+    elif apex.get("reached") and "error" not in appo:
+        print(f"wall time to {args.target:g}, median apex-dqn / RLlib APPO: below "
+              f"{apex['timeSeconds'] / args.rllib_cap:.2f} (APPO's median run missed it within {args.rllib_cap:g} s)")
+    curves = {"kuberl apex-dqn (median run)": apex.get("curve", []),
+              **{f"RLlib {n}": median_run(r).get("curve", []) for n, r in rllib.items()}}
     plot(args.plot, throughput, curves, args.target)
     print(f"plot: {args.plot}")
     if args.json:
-        args.json.write_text(json.dumps({"throughput": throughput, "apex": apex, "rllib": rllib}, indent=1))
+        args.json.write_text(json.dumps({"throughput": throughput, "apex": apex_runs, "rllib": rllib}, indent=1))
     return 0
 
 

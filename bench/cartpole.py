@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from rllib_runner import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,34 +106,13 @@ def run_rllib(python: Path, target: float, seed: int, cap_seconds: float) -> dic
     """RLlib's run as a subprocess; its last progress line is kept if it has to be stopped."""
     if not python.exists():
         return {"error": f"{python} not found: run `make bench-deps` first"}
-    with tempfile.NamedTemporaryFile("w", suffix="_rllib_cartpole.py", delete=False) as script:
-        script.write(RLLIB_SCRIPT)
-    lines: list[dict[str, Any]] = []
-    with tempfile.TemporaryFile("w+") as stderr_file:
-        # Its own session, so that the watchdog stops RLlib's Ray processes with it, and nothing else.
-        proc = subprocess.Popen(
-            [str(python), script.name, str(target), str(cap_seconds), str(seed)],
-            stdout=subprocess.PIPE, stderr=stderr_file, text=True, cwd=tempfile.gettempdir(), start_new_session=True,
-        )
-        # Training stops itself after cap_seconds; Ray's start and RLlib's build get as long again (slow when busy).
-        watchdog = threading.Timer(2 * cap_seconds + 120, lambda: os.killpg(proc.pid, signal.SIGKILL))
-        watchdog.start()
-        try:
-            assert proc.stdout is not None
-            lines = [json.loads(line) for line in proc.stdout if line.startswith("{")]
-            proc.wait()
-        finally:
-            stopped = not watchdog.is_alive()
-            watchdog.cancel()
-            Path(script.name).unlink(missing_ok=True)
-        final = [line for line in lines if "reached" in line]
-        if final:
-            return final[-1]
-        last = lines[-1] if lines else {}
-        stderr_file.seek(0)
-        stderr = stderr_file.read()[-2000:]
-    why = "stopped at the deadline" if stopped else f"exited {proc.returncode}: {stderr.strip()}"
-    return {"error": f"RLlib {why}", **({"lastProgress": last} if last else {})}
+    # Training stops itself after cap_seconds; Ray's start and RLlib's build get as long again (slow when busy).
+    run = run_script(python, RLLIB_SCRIPT, [str(target), str(cap_seconds), str(seed)], 2 * cap_seconds + 120)
+    final = [line for line in run.lines if "reached" in line]
+    if final:
+        return final[-1]
+    last = run.lines[-1] if run.lines else {}
+    return {"error": run.error("RLlib"), **({"lastProgress": last} if last else {})}
 
 
 def ratio(a: float | None, b: float | None) -> str:

@@ -97,7 +97,7 @@ async def _apply(session: aiohttp.ClientSession, base: str, name: str, workers: 
 
 
 async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, workers: int, interval: float,
-                    timeout: float, rounds: int) -> dict:
+                    timeout: float, rounds: int, sequential: bool = False) -> dict:
     """Apply `count` experiments per round; with several rounds, delete them between rounds (churn)."""
     seen: dict[tuple[str, str], float] = {}
     gone: dict[tuple[str, str], float] = {}
@@ -119,7 +119,11 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
 
             tasks = []
             for i in range(count):
-                tasks.append(asyncio.create_task(_apply(session, base, f"exp-{round_:02d}-{i:04d}", workers, applied)))
+                name = f"exp-{round_:02d}-{i:04d}"
+                if sequential:  # as `kubectl apply -f dir/` does: the next once the API answered
+                    await _apply(session, base, name, workers, applied)
+                    continue
+                tasks.append(asyncio.create_task(_apply(session, base, name, workers, applied)))
                 if interval:
                     await asyncio.sleep(interval)
             await asyncio.gather(*tasks)
@@ -166,6 +170,8 @@ def main() -> int:
     parser.add_argument("--experiments", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2, help="worker pods per experiment")
     parser.add_argument("--interval", type=float, default=0.0, help="seconds between applies (0: one burst)")
+    parser.add_argument("--sequential", action="store_true",
+                        help="apply one after another, each once the API answered (as kubectl apply -f dir/)")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--rounds", type=int, default=1,
                         help="apply/delete rounds (churn: memory must not grow from round to round)")
@@ -190,7 +196,7 @@ def main() -> int:
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
             wait_healthy(health_port, 120.0)  # start-up (imports, login) is not part of the figures
             figures = asyncio.run(run_bench(url, operator.pid, emulator.pid, args.experiments, args.workers,
-                                            args.interval, args.timeout, args.rounds))
+                                            args.interval, args.timeout, args.rounds, args.sequential))
         finally:
             for proc in (operator, emulator):
                 if proc is not None:
