@@ -203,7 +203,7 @@ def test_the_operator_refuses_all_but_env_cases(case: BadInput):
         return
     assert case.catcher in (MANIFEST, CLUSTER)
     assert experiment is None
-    assert any(e.startswith((f"{case.field_path}:", f"{case.field_path}.", f"{case.field_path}[")) for e in errors), errors
+    assert any(e.startswith(case.field_path) for e in errors), errors
     assert sum(len(e) for e in errors) < 20_000
 
 

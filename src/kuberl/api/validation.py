@@ -167,12 +167,17 @@ _MESSAGES = {
 _UNION_MEMBERS = ("int", "str", "float", "bool", "constrained-int", "constrained-str", "constrained-float")
 
 
+def _short(name: str, limit: int = 64) -> str:
+    """A field name as an error shows it: a 1 MB key is not echoed back."""
+    return name if len(name) <= limit else f"{name[:limit]}...({len(name)} characters)"
+
+
 def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
     by_path: dict[str, tuple[str, dict]] = {}
     for err in exc.errors():
         # A union (int | str) reports once per member: keep the member that matches the input's type.
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_MEMBERS))
-        parts = [prefix, *(f"[{p}]" if isinstance(p, int) else str(p) for p in loc)]
+        parts = [prefix, *(f"[{p}]" if isinstance(p, int) else _short(str(p)) for p in loc)]
         path = ".".join(p for p in parts if p).replace(".[", "[")
         previous = by_path.get(path)
         if previous is not None and not (
@@ -262,7 +267,7 @@ def unrepresentable_values(doc: Any, path: str = "") -> list[FieldError]:
         if isinstance(node, dict | list) and depth >= MAX_NESTING:
             errors.append(FieldError(field, f"nested more than {MAX_NESTING} levels deep"))
         elif isinstance(node, dict):
-            stack.extend((value, f"{where}.{key}" if where else str(key), depth + 1, field)
+            stack.extend((value, f"{where}.{_short(str(key))}" if where else str(key), depth + 1, field)
                          for key, value in node.items())
         elif isinstance(node, list):
             stack.extend((value, f"{where}[{i}]", depth + 1, field) for i, value in enumerate(node))

@@ -214,6 +214,7 @@ CASES: tuple[BadInput, ...] = (
     C("rollouts.workers", "many", WRONG_TYPE, True),
     C("rollouts.workers", 10**30, HOSTILE, True),
     C("rollouts.workerz", 2, UNKNOWN_FIELD, True),
+    C("rollouts", {"k" * 100_000: 1}, HOSTILE, True, names="spec.rollouts.kkkkkkkk", note="a 100 KB unknown key"),
     C("rollouts.envsPerWorker", 5000, OUT_OF_RANGE, True),
     C("rollouts.fragmentLength", 0, OUT_OF_RANGE, True),
     C("rollouts.fragmentLength", 1.5, WRONG_TYPE, True),
