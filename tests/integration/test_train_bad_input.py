@@ -54,13 +54,17 @@ def test_train_refuses_before_writing_anything(tmp_path, case: BadInput):
     assert_refused(proc, tmp_path, case.field_path)
 
 
-def test_env_module_that_raises_on_import_is_a_clean_error(tmp_path):
-    (tmp_path / "badmod.py").write_text("raise RuntimeError('badmod cannot be imported here')\n")
+@pytest.mark.parametrize(("code", "message"), [
+    ("raise RuntimeError('badmod cannot be imported here')", "cannot be imported here"),
+    ("raise SystemExit(0)", "called sys.exit(0)"),  # would have ended the trainer with exit 0: "Succeeded"
+], ids=["raises", "exits-0"])
+def test_env_module_that_fails_on_import_is_a_clean_error(tmp_path, code, message):
+    (tmp_path / "badmod.py").write_text(code + "\n")
     doc = base_manifest()
     doc["spec"]["env"]["id"] = "badmod:Env"
     proc, _ = train(tmp_path, yaml.safe_dump(doc), env={"PYTHONPATH": str(tmp_path)})
     assert_refused(proc, tmp_path, "spec.env.id")
-    assert "badmod" in proc.stderr and "cannot be imported here" in proc.stderr
+    assert "badmod" in proc.stderr and message in proc.stderr
 
 
 def test_billion_laughs_is_refused_in_seconds(tmp_path):

@@ -31,6 +31,8 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
         return [FieldError("spec.env.config", f"the env {spec.env.id!r} does not accept it: {exc}")]
     except Exception as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
         return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: {type(exc).__name__}: {exc}")]
+    except SystemExit as exc:  # an env module that exits on import must not end the trainer with its code
+        return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: it called sys.exit({exc.code!r})")]
     errors: list[FieldError] = []
     supported = ACTION_SPACES[spec.algorithm]
     if not isinstance(spaces.action_space, supported):
