@@ -47,7 +47,8 @@ def test_new_experiment_creates_the_head_and_workers():
     assert cond(d.status, "Ready")["status"] == "False"
     assert cond(d.status, "Succeeded")["status"] == "Unknown"
     assert all(c["observedGeneration"] == 1 for c in d.status["conditions"])
-    assert [e.reason for e in d.events] == ["PodsPending", "HeadCreated"]
+    assert [e.reason for e in d.events] == ["HeadCreated"]  # it says the phase too: one event, not two
+    assert d.events[0].message == "attempt 1; pods pending"
 
 
 def test_running_with_all_workers_is_ready_and_copies_trainer_progress():

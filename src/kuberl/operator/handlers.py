@@ -29,6 +29,7 @@ from kuberl.operator.cluster import Cluster, load_api_client
 from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
 from kuberl.operator.settings import Settings, SettingsError
+from kuberl.operator.stateless import NoDiffBase, NoProgress
 from kuberl.operator.status import TERMINAL_PHASES
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
@@ -52,6 +53,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    settings.persistence.diffbase_storage = NoDiffBase()  # no change handlers: nothing to diff or record
+    settings.persistence.progress_storage = NoProgress()
     settings.posting.level = logging.WARNING  # events are the operator's own, not Kopf's log lines
     settings.watching.server_timeout = 300
     asyncio.get_running_loop().set_default_executor(

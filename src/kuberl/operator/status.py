@@ -242,7 +242,9 @@ def _base(obs: Observation) -> Decision:
 
 
 def _finish(decision: Decision, obs: Observation, phase: str, reason: str, message: str,
-            ready: bool = False) -> Decision:
+            ready: bool = False, announce: bool = True) -> Decision:
+    """Set the phase and conditions; `announce`: an Event for a phase change (unless another event
+    of the decision already says it)."""
     prev_phase = obs.previous.get("phase")
     status = decision.status
     message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
@@ -251,7 +253,7 @@ def _finish(decision: Decision, obs: Observation, phase: str, reason: str, messa
     status["conditions"] = _conditions_for(phase, reason, message, ready, obs)
     if phase in TERMINAL_PHASES and not status.get("completionTime"):
         status["completionTime"] = _timestamp(obs.now)
-    if phase != prev_phase:
+    if phase != prev_phase and announce:
         kind = "Warning" if phase == "Failed" else "Normal"
         decision.events.insert(0, Event(kind, reason, f"{phase}: {message}" if message else phase))
     prev_refused = next((c for c in obs.previous.get("conditions") or []
@@ -363,8 +365,8 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
             decision.requeue_after = 1.0
         status["workers"] = 0
         message = f"attempt {next_attempt}" + (" resumes from the last checkpoint" if next_attempt > 1 else "")
-        decision.events.append(Event("Normal", "HeadCreated", message))
-        return _finish(decision, obs, "Pending", "PodsPending", message)
+        decision.events.append(Event("Normal", "HeadCreated", f"{message}; pods pending"))
+        return _finish(decision, obs, "Pending", "PodsPending", message, announce=False)
 
     if head.phase == "Succeeded":
         message = _summary_from(head, status)
