@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fault_figures import report_figures
 
 from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
 from kuberl.testing.s3server import S3Server
@@ -124,3 +125,5 @@ def test_credentials_appear_nowhere_but_their_secret(s3_server: S3Server, tmp_pa
 
     leaks = {place: found(blob, creds) for place, blob in places.items() if found(blob, creds)}
     assert leaks == {}, f"credentials leaked into: {sorted(leaks)}"
+    report_figures("credentials in a Secret", places_searched=len(places), s3_objects=len(keys),
+                   bytes_searched=sum(len(b) for b in places.values()), leaks=0)

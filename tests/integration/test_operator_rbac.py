@@ -25,6 +25,7 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
+from fault_figures import report_figures
 
 from kuberl.testing.apiserver import EmulatorThread, KubeApiEmulator, _resource_target, write_kubeconfig
 from kuberl.testing.operator_harness import experiment_body, wait_for
@@ -223,3 +224,5 @@ def test_the_operator_uses_exactly_what_the_chart_grants(mode, tmp_path, monkeyp
                             f"granted but unused: {sorted(grants - used)}")
     assert "Traceback" not in log_path.read_text()
     assert "permission" not in log_path.read_text().lower()
+    report_figures(f"RBAC {mode} mode", pairs_used=len(used), pairs_granted=len(grants),
+                   cluster_roles=sum(d["kind"] == "ClusterRole" for d in docs))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fault_figures import report_figures
 
 from kuberl.testing.bad_inputs import CASES, BadInput, base_manifest
 
@@ -50,8 +51,9 @@ def test_the_cases_are_in_the_table():
 
 @pytest.mark.parametrize("case", TRAIN_CASES, ids=lambda c: c.id)
 def test_train_refuses_before_writing_anything(tmp_path, case: BadInput):
-    proc, _ = train(tmp_path, yaml.safe_dump(case.manifest(), allow_unicode=True))
+    proc, seconds = train(tmp_path, yaml.safe_dump(case.manifest(), allow_unicode=True))
     assert_refused(proc, tmp_path, case.field_path)
+    report_figures(f"kuberl train, {case.kind} ({case.path})", exit_code=proc.returncode, seconds=seconds)
 
 
 @pytest.mark.parametrize(("code", "message"), [
@@ -62,9 +64,11 @@ def test_env_module_that_fails_on_import_is_a_clean_error(tmp_path, code, messag
     (tmp_path / "badmod.py").write_text(code + "\n")
     doc = base_manifest()
     doc["spec"]["env"]["id"] = "badmod:Env"
-    proc, _ = train(tmp_path, yaml.safe_dump(doc), env={"PYTHONPATH": str(tmp_path)})
+    proc, seconds = train(tmp_path, yaml.safe_dump(doc), env={"PYTHONPATH": str(tmp_path)})
     assert_refused(proc, tmp_path, "spec.env.id")
     assert "badmod" in proc.stderr and message in proc.stderr
+    report_figures(f"kuberl train, env module whose import runs {code!r}",
+                   exit_code=proc.returncode, seconds=seconds)
 
 
 def test_billion_laughs_is_refused_in_seconds(tmp_path):
@@ -75,4 +79,5 @@ def test_billion_laughs_is_refused_in_seconds(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "YAML nodes" in proc.stderr
     assert seconds < 30
+    report_figures("kuberl train, billion laughs", exit_code=proc.returncode, seconds=seconds)
     assert not (tmp_path / "runs").exists()
