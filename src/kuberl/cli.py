@@ -8,6 +8,7 @@ traceback. Heavy libraries are imported only by the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import signal
 import sys
@@ -179,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `kill -USR1 <pid>` (or `kubectl exec ... kill -USR1 1`) prints every thread's stack to stderr:
     # how to see where a stuck trainer or operator is, without a debugger in the image.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # A stderr with no file descriptor (in-process callers, notebooks) cannot take the dump.
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return args.func(args)
     except ManifestError as exc:

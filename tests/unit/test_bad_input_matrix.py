@@ -140,14 +140,14 @@ def test_every_class_has_cases_and_ids_are_unique():
     assert len(set(IDS)) == len(IDS), sorted(i for i in IDS if IDS.count(i) > 1)
 
 
-def test_the_base_manifest_passes_every_layer(capfd, tmp_path):
+def test_the_base_manifest_passes_every_layer(capsys, tmp_path):
     for algorithm in HYPERPARAMS:
         doc = base_manifest(algorithm=algorithm)
         assert api_server_errors(doc) == []
         assert validate_body({**doc, "metadata": {"name": "bad-input", "namespace": "ns"}})[1] == ()
         path = tmp_path / f"{algorithm}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        assert cli.main(["validate", "-f", str(path), "--cluster"]) == 0, capfd.readouterr().err
+        assert cli.main(["validate", "-f", str(path), "--cluster"]) == 0, capsys.readouterr().err
 
 
 # -- (a) the CRD schema --------------------------------------------------------------------------------------
@@ -166,17 +166,17 @@ def test_the_crd_schema_refuses_what_it_can_express(case: BadInput):
 # -- (b) kuberl validate -------------------------------------------------------------------------------------
 
 
-def _validate(tmp_path: Path, capfd: pytest.CaptureFixture[str], case: BadInput, *flags: str) -> tuple[int, str]:
+def _validate(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: BadInput, *flags: str) -> tuple[int, str]:
     path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(case.manifest(), allow_unicode=True, width=1 << 30))
     code = cli.main(["validate", "-f", str(path), *flags])
-    return code, capfd.readouterr().err
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_kuberl_validate_exits_2_naming_the_field(case: BadInput, tmp_path, capfd):
+def test_kuberl_validate_exits_2_naming_the_field(case: BadInput, tmp_path, capsys):
     started = time.perf_counter()
-    code, err = _validate(tmp_path, capfd, case, "--cluster")
+    code, err = _validate(tmp_path, capsys, case, "--cluster")
     assert code == 2, err
     assert "Traceback" not in err
     assert f"error: {case.field_path}" in err, err[:2000]
@@ -185,8 +185,8 @@ def test_kuberl_validate_exits_2_naming_the_field(case: BadInput, tmp_path, capf
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.catcher == CLUSTER], ids=lambda c: c.id)
-def test_cluster_only_cases_are_fine_for_a_local_run(case: BadInput, tmp_path, capfd):
-    code, err = _validate(tmp_path, capfd, case)
+def test_cluster_only_cases_are_fine_for_a_local_run(case: BadInput, tmp_path, capsys):
+    code, err = _validate(tmp_path, capsys, case)
     assert code == 0, err
 
 
@@ -210,7 +210,7 @@ def test_the_operator_refuses_all_but_env_cases(case: BadInput):
 # -- hostile YAML --------------------------------------------------------------------------------------------
 
 
-def test_billion_laughs_is_refused_quickly_by_kuberl_validate(tmp_path, capfd):
+def test_billion_laughs_is_refused_quickly_by_kuberl_validate(tmp_path, capsys):
     lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     for level, prev in zip("bcdefghi", "abcdefgh", strict=True):
         lines.append(f"{level}: &{level} [{', '.join([f'*{prev}'] * 9)}]")
@@ -220,7 +220,7 @@ def test_billion_laughs_is_refused_quickly_by_kuberl_validate(tmp_path, capfd):
     started = time.perf_counter()
     assert cli.main(["validate", "-f", str(bomb)]) == 2
     assert time.perf_counter() - started < 2
-    err = capfd.readouterr().err
+    err = capsys.readouterr().err
     assert "YAML nodes" in err and "Traceback" not in err
 
 
