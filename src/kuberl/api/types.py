@@ -7,9 +7,10 @@ the manifest's camelCase names; Python code uses the snake_case attributes.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "kuberl.io"
@@ -34,6 +35,10 @@ ENDPOINT_PATTERN = r"^https?://[^\s/]+(/.*)?$"
 # A DNS-1123 subdomain, as Kubernetes requires for object names.
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# A label key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+IMAGE_PATTERN = r"^\S+$"  # an image reference has no whitespace
 
 
 class _Model(BaseModel):
@@ -117,10 +122,13 @@ class StorageSpec(_Model):
     )
 
 
+LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]
+
+
 class Toleration(_Model):
-    key: str | None = Field(None, max_length=317)
+    key: str | None = Field(None, max_length=317, pattern=f"({LABEL_KEY_PATTERN})|^$")
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = Field(None, max_length=63)
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(None, ge=0)
 
@@ -129,8 +137,18 @@ class PodSpec(_Model):
     cpu: CpuQuantity = Field("2", description="CPU request and limit.")
     memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_keys(cls, selector: dict[str, str]) -> dict[str, str]:
+        # The CRD schema cannot constrain map keys; the API server would refuse the pod instead.
+        for key in selector:
+            if len(key) > 317 or not re.match(LABEL_KEY_PATTERN, key):
+                shown = key if len(key) <= 64 else f"{key[:64]}...({len(key)} characters)"
+                raise ValueError(f"{shown!r} is not a label key (an optional DNS prefix and '/', then a name)")
+        return selector
 
 
 class WorkersSpec(PodSpec):
@@ -150,7 +168,8 @@ class RLExperimentSpec(_Model):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     traces: TracesSpec = Field(default_factory=TracesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
-    image: str | None = Field(None, max_length=1024, description="Trainer image; default from the operator's settings.")
+    image: str | None = Field(None, max_length=1024, pattern=IMAGE_PATTERN,
+                              description="Trainer image; default from the operator's settings.")
     head: PodSpec = Field(default_factory=PodSpec)
     workers: WorkersSpec = Field(default_factory=WorkersSpec)
     backoff_limit: int = Field(3, ge=0, le=100, description="Head restarts before the experiment fails.")

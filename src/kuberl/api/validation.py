@@ -161,6 +161,7 @@ _MESSAGES = {
     "model_attributes_type": lambda ctx: "must be a mapping",
     "list_type": lambda ctx: "must be a list",
     "literal_error": lambda ctx: f"must be one of {ctx['expected']}",
+    "value_error": lambda ctx: str(ctx.get("error", "invalid value")),
 }
 
 

@@ -141,6 +141,9 @@ _POD = [  # head and workers share the pod fields
     (OUT_OF_RANGE, "memory", -1, False),  # int-or-string: the schema's pattern only binds strings
     (OUT_OF_RANGE, "gpus", 17, True),
     (WRONG_TYPE, "nodeSelector", {"pool": 3}, True),
+    (MALFORMED, "nodeSelector", {"pool": "gpu nodes"}, True),  # not a label value: the pod would be refused
+    (MALFORMED, "nodeSelector", {"bad key!": "x"}, False),  # map keys: beyond a structural schema
+    (MALFORMED, "tolerations[0].key", "bad key", True),
     (WRONG_TYPE, "tolerations", "all", True),
     (OUT_OF_RANGE, "tolerations[0].key", "k" * 318, True),
     (UNKNOWN_ENUM, "tolerations[0].operator", "In", True),
@@ -251,6 +254,7 @@ CASES: tuple[BadInput, ...] = (
     C("storage.secretRef.key", "x", UNKNOWN_FIELD, True),
     C("image", 42, WRONG_TYPE, True),
     C("image", BIG_STRING, HOSTILE, True),
+    C("image", "registry.example/trainer:1 --privileged", MALFORMED, True, note="whitespace in an image"),
     *(C(f"{pod}.{path}", value, kind, schema) for pod in ("head", "workers") for kind, path, value, schema in _POD),
     C("workers.replicas", 1001, OUT_OF_RANGE, True),
     C("workers.replicas", "three", WRONG_TYPE, True),
