@@ -39,6 +39,7 @@ WATCHED = "research"
 TEST_TOKEN = "rbac-test-client"
 MODES = {
     "cluster": ["rbac.scope=cluster"],
+    "cluster-named-namespaces": ["rbac.scope=cluster", f"rbac.watchNamespaces[0]={WATCHED}"],
     "namespaced": ["rbac.scope=namespaced", f"rbac.watchNamespaces[0]={WATCHED}"],
 }
 Pair = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
@@ -218,7 +219,7 @@ def test_the_operator_uses_exactly_what_the_chart_grants(mode, tmp_path, monkeyp
         recorder.enabled = False
     used = recorder.pairs
     assert cluster_py_pairs() <= used, f"the lifecycle missed operator calls: {cluster_py_pairs() - used}"
-    grants = granted(docs, "ClusterRole") if mode == "cluster" else granted(docs, "Role")
+    grants = granted(docs, "Role") if mode == "namespaced" else granted(docs, "ClusterRole")
     assert not any("*" in pair for pair in grants)
     assert used == grants, (f"used but not granted: {sorted(used - grants)}; "
                             f"granted but unused: {sorted(grants - used)}")
