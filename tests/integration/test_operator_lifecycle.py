@@ -303,3 +303,22 @@ def test_no_finalizer_and_a_legacy_one_does_not_block_deletion(harness, ns):
                                                   {"metadata": {"finalizers": None}},
                                                   _content_type="application/merge-patch+json")
     wait_for(lambda: "legacy-head" not in harness.pods(ns), what="the experiment and its pods gone")
+
+
+def test_a_pod_the_api_server_refuses_fails_the_experiment_once(harness, ns):
+    # As a missing serviceAccountName or priorityClassName would: a 422/403 no retry can fix.
+    harness.emulator_thread.call(harness.emulator.inject_fault, "POST", rf"/namespaces/{ns}/pods$", 422, 1000, 0)
+    try:
+        harness.apply(ns, experiment_body("refused", workers={"replicas": 1}))
+        wait_for(phase_is(harness, ns, "refused", "Failed"), what="Failed")
+        stalled = harness.condition(ns, "refused", "Stalled")
+        assert stalled["reason"] == "CreateRejected" and "(422)" in stalled["message"]
+        warnings = [e for e in harness.events(ns) if e["type"] == "Warning" and e["reason"] == "CreateRejected"]
+        assert len(warnings) == 1
+        version = harness.get(ns, "refused")["metadata"]["resourceVersion"]
+        hits = harness.emulator_thread.call(harness.emulator.fault_hits)
+        time.sleep(3)  # no retry loop: nothing more is tried or written
+        assert harness.emulator_thread.call(harness.emulator.fault_hits) == hits
+        assert harness.get(ns, "refused")["metadata"]["resourceVersion"] == version
+    finally:
+        harness.emulator_thread.call(harness.emulator.clear_faults)

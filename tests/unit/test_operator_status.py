@@ -114,6 +114,20 @@ def test_workers_of_an_older_attempt_are_replaced():
     assert d.delete_pods == ["e-worker-0"]
 
 
+def test_exit_0_without_a_summary_is_a_head_failure_not_success():
+    d = decide(obs(replicas=1, backoff_limit=2, pods=(head("Succeeded", exit_code=0, termination=None), worker(0)),
+                   previous={"phase": "Running", "attempt": 1}))
+    assert d.status["phase"] != "Succeeded" and d.restarts == 1 and d.failed_attempt == 1
+    assert "without its summary" in d.status["message"]
+
+
+def test_a_child_the_api_server_refuses_fails_fast():
+    d = decide(obs(replicas=1, create_rejected="Pod 'e-head' refused by the API server (422): bad field"))
+    assert d.status["phase"] == "Failed" and not d.create_head and not d.create_workers
+    assert cond(d.status, "Stalled")["reason"] == "CreateRejected"
+    assert d.events[0].type == "Warning" and "422" in d.events[0].message
+
+
 def test_head_succeeded_records_the_summary_and_deletes_workers():
     summary = {"result": "Succeeded", "reason": "StopCriterion", "message": "timesteps reached", "iteration": 12,
                "timesteps": 1200, "episodeReturnMean": 480.0, "lastCheckpoint": "s3://b/x/checkpoints/000012"}

@@ -35,6 +35,21 @@ def load_api_client(pool_size: int = 16) -> ApiClient:
     return ApiClient(configuration)
 
 
+class Rejected(Exception):
+    """The API server refused to create a child for a reason no retry fixes (invalid, forbidden)."""
+
+
+# 403 for a quota is worth retrying (the quota frees up); other 403s, 400 and 422 are not.
+_REJECTED = (400, 403, 422)
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
 def _json(response: Any) -> dict[str, Any]:
     return json.loads(response.data)
 
@@ -94,6 +109,10 @@ class Cluster:
         except ApiException as exc:
             if exc.status == 409:
                 return False
+            message = _api_message(exc)
+            if exc.status in _REJECTED and "exceeded quota" not in message:
+                raise Rejected(f"{kind} {body['metadata']['name']!r} refused by the API server "
+                               f"({exc.status}): {message}") from None
             raise
         return True
 

@@ -8,6 +8,7 @@ is in the experiment's status and annotations, so an operator restart continues 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from kuberl.operator.builders import (
 )
 from kuberl.operator.builders.common import selector
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
-from kuberl.operator.cluster import Cluster
+from kuberl.operator.cluster import Cluster, Rejected
 from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
     TERMINAL_PHASES,
@@ -174,7 +175,11 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
         failed_attempt=_int_annotation(meta, FAILED_ATTEMPT_ANNOTATION),
     )
     decision = decide(observation)
-    _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=children_ready)
+    try:
+        _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=children_ready)
+    except Rejected as exc:  # fail fast with the API server's reason, instead of retrying forever
+        decision = decide(dataclasses.replace(observation, create_rejected=str(exc)))
+        _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=True)
     return PassResult(body, decision)
 
 

@@ -59,6 +59,7 @@ class Observation:
     ttl_seconds: int | None = None
     refused_changes: tuple[str, ...] = ()  # immutable fields changed while pods run
     missing_secret: str | None = None
+    create_rejected: str | None = None  # the API server refused a child for good (400/403/422)
     pods: tuple[PodState, ...] = ()
     trainer: dict[str, Any] | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
@@ -325,6 +326,8 @@ def decide(obs: Observation) -> Decision:
             return _finish(decision, obs, "Pending", "SpecFixed", "removing the pods of the refused spec")
     if obs.missing_secret:
         return _fail(decision, obs, "SecretNotFound", obs.missing_secret)
+    if obs.create_rejected:
+        return _fail(decision, obs, "CreateRejected", obs.create_rejected)
     for pod in obs.pods:
         if pod.waiting_reason in IMAGE_PULL_REASONS:
             return _fail(decision, obs, "ImagePullFailed",
@@ -368,6 +371,10 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         decision.events.append(Event("Normal", "HeadCreated", f"{message}; pods pending"))
         return _finish(decision, obs, "Pending", "PodsPending", message, announce=False)
 
+    if head.phase == "Succeeded" and (head.termination or {}).get("result") != "Succeeded":
+        # The trainer always leaves its summary; an exit 0 without one is not a finished run
+        # (user code calling os._exit(0), say): a failure, retried up to backoffLimit.
+        return _head_failed(decision, obs, attempt, "the trainer exited 0 without its summary", head)
     if head.phase == "Succeeded":
         message = _summary_from(head, status)
         decision.delete_pods = [p.name for p in _workers(obs)]
