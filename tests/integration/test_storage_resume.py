@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fault_figures import report_figures
-from trainer_process import KUBERL, Trainer, wait_for
+from trainer_process import KUBERL, Trainer, ppo_manifest, wait_for
 
 from kuberl.testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
@@ -22,19 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # trainer processes o
 
 
 def manifest(name: str, bucket: str, endpoint: str, stop: str, every: int) -> str:
-    return f"""apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: {name}}}
-spec:
-  algorithm: ppo
-  env: {{id: CartPole-v1}}
-  config: {{seed: 3}}
-  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
-  stop: {stop}
-  checkpoint: {{everyIterations: {every}, keep: 50}}
-  traces: {{enabled: true}}
-  storage: {{uri: "s3://{bucket}/runs", endpoint: "{endpoint}"}}
-"""
+    return ppo_manifest(name, f"s3://{bucket}/runs", stop, every, endpoint=endpoint)
 
 
 def assert_results_monotonic(store: S3Store) -> list[dict]:
