@@ -43,6 +43,7 @@ from kuberl.trainer.qlearning import (
     local_priorities,
     transitions_from_batch,
 )
+from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.replay import split_capacity
 from kuberl.trainer.replay_shard import start_replay_shard
 from kuberl.trainer.rollout import PolicyFactory, RolloutWorker, WorkerConfig
@@ -410,7 +411,7 @@ class ApexDQN(Algorithm):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         gpus = self.spec.learner.gpus
-        options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0, "max_restarts": 0}
+        options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0, "max_restarts": 0, **ACTOR_OPTIONS}
         if gpus > 0:
             options["num_gpus"] = gpus  # Ray places it on a node with the GPUs
         else:
@@ -423,7 +424,7 @@ class ApexDQN(Algorithm):
         import ray
 
         actor = ray.remote(ApexRolloutWorker).options(
-            num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy="SPREAD"
+            num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy="SPREAD", **ACTOR_OPTIONS
         )
         return actor.remote(
             self.worker_config(), self.policy_factory, position + 1, self.epsilons[position],

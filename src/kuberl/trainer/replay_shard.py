@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.replay import Batch, make_replay_buffer
 
 
@@ -51,5 +52,5 @@ def start_replay_shard(index: int, capacity: int, **buffer_options: Any) -> Any:
     """A ReplayShard actor; num_cpus=0 so shards fit on any node, beside busier actors."""
     import ray
 
-    actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=0, name=None)
+    actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=0, name=None, **ACTOR_OPTIONS)
     return actor.remote(index, capacity, **buffer_options)

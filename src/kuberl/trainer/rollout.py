@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode
 
 from kuberl.trainer.envs import autoreset_mode, make_vector_env
 from kuberl.trainer.filters import RunningStats, make_filter
+from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,8 @@ class WorkerSet:
     def _new_actor(self, worker_index: int) -> Any:
         import ray
 
-        actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0)
+        actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
+                                                        **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
 
     def replace(self, position: int) -> None:
