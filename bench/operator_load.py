@@ -15,49 +15,18 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import aiohttp
 
-from kuberl.testing.ports import free_port
-
-NAMESPACE = "bench"
-CHILD_KINDS = {
-    "pods": "/api/v1/namespaces/{ns}/pods",
-    "configmaps": "/api/v1/namespaces/{ns}/configmaps",
-    "services": "/api/v1/namespaces/{ns}/services",
-    "secrets": "/api/v1/namespaces/{ns}/secrets",
-    "networkpolicies": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
-}
-
-
-def experiment(name: str, workers: int) -> dict:
-    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": name},
-            "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 100000},
-                     "storage": {"uri": "s3://bench-bucket/runs"}, "workers": {"replicas": workers}}}
-
-
-def expected_children(name: str, workers: int) -> set[tuple[str, str]]:
-    pods = {("pods", f"{name}-head")} | {("pods", f"{name}-worker-{i}") for i in range(workers)}
-    return pods | {("configmaps", f"{name}-config"), ("services", f"{name}-head"),
-                   ("secrets", f"{name}-ray-token"), ("networkpolicies", f"{name}-ray")}
-
-
-def wait_healthy(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("the operator did not become healthy")
+from kuberl.testing.lifecycle_load import (
+    EXPERIMENTS_PATH,
+    children,
+    emulator_and_operator,
+    experiment,
+    watch_children,
+)
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -69,24 +38,6 @@ def rss_mb(pid: int) -> tuple[float, float]:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],
-                         gone: dict[tuple[str, str], float], ready: asyncio.Event) -> None:
-    async def one(kind: str, path: str) -> None:
-        async with session.get(path.format(ns=NAMESPACE), params={"watch": "true"},
-                               timeout=aiohttp.ClientTimeout(total=None)) as resp:
-            ready.set()
-            async for line in resp.content:
-                if line.strip():
-                    event = json.loads(line)
-                    key = (kind, event["object"]["metadata"]["name"])
-                    if event["type"] == "ADDED":
-                        seen.setdefault(key, time.perf_counter())
-                    elif event["type"] == "DELETED":
-                        gone[key] = time.perf_counter()
-
-    await asyncio.gather(*(one(kind, path) for kind, path in CHILD_KINDS.items()))
 
 
 async def _apply(session: aiohttp.ClientSession, base: str, name: str, workers: int,
@@ -105,7 +56,7 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
     deletions: list[float] = []
     rss_rounds: list[float] = []
     round_p99: list[float | None] = []
-    base = f"/apis/kuberl.io/v1alpha1/namespaces/{NAMESPACE}/rlexperiments"
+    base = EXPERIMENTS_PATH
     async with aiohttp.ClientSession(url) as session:
         ready = asyncio.Event()
         watcher = asyncio.create_task(watch_children(session, seen, gone, ready))
@@ -127,7 +78,7 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
                 if interval:
                     await asyncio.sleep(interval)
             await asyncio.gather(*tasks)
-            wanted = {name: expected_children(name, workers) for name in applied}
+            wanted = {name: children(name, workers) for name in applied}
             deadline = time.perf_counter() + timeout
             while time.perf_counter() < deadline and not all(w <= seen.keys() for w in wanted.values()):
                 await asyncio.sleep(0.05)
@@ -137,10 +88,10 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
             if rounds > 1:
                 deleted_at = time.perf_counter()
                 await asyncio.gather(*(session.delete(f"{base}/{name}") for name in applied))
-                children = set().union(*wanted.values())
-                while time.perf_counter() < deadline + timeout and not children <= gone.keys():
+                every_child = set().union(*wanted.values())
+                while time.perf_counter() < deadline + timeout and not every_child <= gone.keys():
                     await asyncio.sleep(0.05)
-                deletions.append(max(gone.get(c, time.perf_counter()) for c in children) - deleted_at)
+                deletions.append(max(gone.get(c, time.perf_counter()) for c in every_child) - deleted_at)
             rss_rounds.append(round(rss_mb(operator_pid)[0], 1))
         total = time.perf_counter() - started
         async with session.get("/_emulator/requests") as resp:
@@ -176,32 +127,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="apply/delete rounds (churn: memory must not grow from round to round)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures here")
-    parser.add_argument("--profile", metavar="PATH", help="run the operator under cProfile, stats to PATH")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="kuberl-bench-") as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        emulator = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig",
-                                     str(kubeconfig)], stdout=subprocess.PIPE, text=True)
-        operator = None
-        try:
-            url = emulator.stdout.readline().strip()
-            env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERL_LISTEN_HOST": "127.0.0.1",
-                   "KUBERL_PEERING": "off", "KUBERL_STATUS_POLL_SECONDS": "30"}
-            log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115
-            profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-            health_port = free_port()
-            operator = subprocess.Popen([sys.executable, *profile, "-m", "kuberl.operator", "--namespace", NAMESPACE,
-                                         "--metrics-port", "0", "--health-port", str(health_port)],
-                                        env=env, stdout=log, stderr=subprocess.STDOUT)
-            wait_healthy(health_port, 120.0)  # start-up (imports, login) is not part of the figures
-            figures = asyncio.run(run_bench(url, operator.pid, emulator.pid, args.experiments, args.workers,
-                                            args.interval, args.timeout, args.rounds, args.sequential))
-        finally:
-            for proc in (operator, emulator):
-                if proc is not None:
-                    proc.terminate()
-                    proc.wait(30)
+    # start-up (imports, login) is not part of the figures: they start once the operator is healthy
+    with emulator_and_operator(poll_seconds=30, status_port=8080) as (url, operator_pid, _, emulator_pid):
+        figures = asyncio.run(run_bench(url, operator_pid, emulator_pid, args.experiments, args.workers,
+                                        args.interval, args.timeout, args.rounds, args.sequential))
     print(f"operator bench: {figures['experiments']} experiments x (head + {figures['workers_each']} workers "
           f"+ 4 objects), {figures['complete']} complete in {figures['total_seconds']} s")
     print(f"  apply -> all children created: p50 {figures['p50_seconds']} s, p99 {figures['p99_seconds']} s, "

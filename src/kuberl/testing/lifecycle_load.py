@@ -162,7 +162,7 @@ class StandInTrainers:
             server.server_close()
 
 
-async def _watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],
+async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],
                           gone: dict[tuple[str, str], float], ready: asyncio.Event) -> None:
     async def one(kind: str, path: str) -> None:
         async with session.get(path.format(ns=NAMESPACE), params={"watch": "true"},
@@ -224,7 +224,7 @@ async def run_lifecycle(url: str, operator_pid: int, metrics_port: int, trainers
     with RssSampler(operator_pid) as rss:
         async with aiohttp.ClientSession(url, connector=connector) as session:
             ready = asyncio.Event()
-            watcher = asyncio.create_task(_watch_children(session, seen, gone, ready))
+            watcher = asyncio.create_task(watch_children(session, seen, gone, ready))
             await ready.wait()
             figures["rss_mb_idle"] = rss.now()
 
@@ -323,9 +323,9 @@ async def run_lifecycle(url: str, operator_pid: int, metrics_port: int, trainers
 
 
 @contextlib.contextmanager
-def emulator_and_operator(poll_seconds: float, status_port: int) -> Iterator[tuple[str, int, int]]:
+def emulator_and_operator(poll_seconds: float, status_port: int) -> Iterator[tuple[str, int, int, int]]:
     """The API emulator and the operator (watching NAMESPACE) as processes; (API URL, operator PID,
-    metrics port), once the operator answers its health probe."""
+    metrics port, emulator PID), once the operator answers its health probe."""
     with tempfile.TemporaryDirectory(prefix="kuberl-load-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         emulator = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig",
@@ -343,7 +343,7 @@ def emulator_and_operator(poll_seconds: float, status_port: int) -> Iterator[tup
                                          "--metrics-port", str(metrics_port), "--health-port", str(health_port)],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
             _wait_healthy(health_port, operator, Path(tmp) / "operator.log")
-            yield url, operator.pid, metrics_port
+            yield url, operator.pid, metrics_port, emulator.pid
         finally:
             for proc in (operator, emulator):
                 if proc is not None:
@@ -375,7 +375,7 @@ def lifecycle_load(count: int, workers: int = 1, poll_seconds: float = 2.0, trai
     status_port = free_port("127.0.0.60")
     stand_ins = StandInTrainers(trainers, status_port)
     try:
-        with emulator_and_operator(poll_seconds, status_port) as (url, operator_pid, metrics_port):
+        with emulator_and_operator(poll_seconds, status_port) as (url, operator_pid, metrics_port, _):
             return asyncio.run(run_lifecycle(url, operator_pid, metrics_port, stand_ins, count, workers,
                                              poll_seconds, timeout))
     finally:
