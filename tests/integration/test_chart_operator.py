@@ -20,15 +20,12 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
+from helm_chart import RELEASE_NAMESPACE, render
 
 from kuberl.testing.operator_harness import experiment_body, wait_for
 from kuberl.testing.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-HELM = ROOT / ".tools" / "bin" / "helm"
 BIN = Path(sys.executable).parent
-RELEASE_NAMESPACE = "kuberl-system"
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -39,13 +36,6 @@ def _get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
-def _render(*sets: str) -> list[dict[str, Any]]:
-    if not HELM.exists():
-        subprocess.run(["make", "tools"], cwd=ROOT, check=True, capture_output=True, timeout=600)
-    args = [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run([str(HELM), "template", "kuberl", "charts/kuberl", "-n", RELEASE_NAMESPACE, *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def _container_env(container: dict[str, Any]) -> dict[str, str]:
@@ -75,7 +65,7 @@ def emulator(tmp_path: Path):
 @pytest.mark.timeout(180)
 def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peering(emulator, tmp_path):
     metrics_port, health_port = free_port(), free_port()
-    docs = _render(f"metrics.port={metrics_port}", f"operator.healthPort={health_port}",
+    docs = render(f"metrics.port={metrics_port}", f"operator.healthPort={health_port}",
                    "trainer.image=registry.test/kuberl-trainer:chart", "trainer.head.cpu=3", "trainer.head.memory=3Gi")
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (peering,) = [d for d in docs if d["kind"] == "ClusterKopfPeering"]

@@ -24,17 +24,15 @@ from typing import Any
 
 import kubernetes
 import pytest
-import yaml
 from fault_figures import report_figures
+from helm_chart import RELEASE_NAMESPACE, render
 
 from kuberl.testing.apiserver import EmulatorThread, KubeApiEmulator, _resource_target, write_kubeconfig
 from kuberl.testing.operator_harness import experiment_body, wait_for
 from kuberl.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-HELM = ROOT / ".tools" / "bin" / "helm"
 BIN = Path(sys.executable).parent
-RELEASE_NAMESPACE = "kuberl-system"
 WATCHED = "research"
 TEST_TOKEN = "rbac-test-client"
 MODES = {
@@ -45,13 +43,6 @@ MODES = {
 Pair = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
-    if not HELM.exists():
-        subprocess.run(["make", "tools"], cwd=ROOT, check=True, capture_output=True, timeout=600)
-    args = [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run([str(HELM), "template", "kuberl", "charts/kuberl", "-n", RELEASE_NAMESPACE, *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 def granted(docs: list[dict[str, Any]], kind: str) -> set[Pair]:
