@@ -181,10 +181,6 @@ def test_a_full_local_disk_pauses_writes_and_training_goes_on(tmp_path: Path) ->
         output = "\n".join(trainer.lines)
         assert "No space left on device" in output, trainer.output()
         assert "Traceback" not in output, trainer.output(200)
-        assert not list((inside / "runs").rglob(f"{TEMP_PREFIX}*")), "a temp file was left behind"
-        # Every checkpoint directory with a manifest is complete: nothing half-written counts as one.
-        manifests = {p.parent.name for p in (inside / "runs" / "full" / "checkpoints").glob("*/manifest.json")}
-        assert manifests == {f"{c.iteration:06d}" for c in list_checkpoints(run)}
 
         started = time.monotonic()
         os.killpg(trainer.proc.pid, signal.SIGTERM)
@@ -194,6 +190,11 @@ def test_a_full_local_disk_pauses_writes_and_training_goes_on(tmp_path: Path) ->
         trainer.kill()
     assert rc == 143, trainer.output()
     after = LocalStore(tmp_path / "disk.after" / "full")
+    # Checked once the trainer is gone (a write in flight has its temp file, rightly): nothing is
+    # left behind, and every checkpoint directory with a manifest is complete.
+    assert not list((tmp_path / "disk.after").rglob(f"{TEMP_PREFIX}*")), "a temp file was left behind"
+    manifests = {p.parent.name for p in (tmp_path / "disk.after" / "full" / "checkpoints").glob("*/manifest.json")}
+    assert manifests == {f"{c.iteration:06d}" for c in list_checkpoints(after)}
     results = assert_results_contiguous(after)
     final = latest_checkpoint(after)
     assert final is not None and final.iteration == results[-1]["iteration"]
