@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from helm_chart import RELEASE_NAMESPACE, render
 
 from kuberl.testing.operator_harness import experiment_body, wait_for
 from kuberl.testing.ports import free_port
+from kuberl.testing.process_tree import reap, stop_gracefully
 
 BIN = Path(sys.executable).parent
 
@@ -103,10 +103,7 @@ def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peeri
             text = wait_for(lambda: _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=20, what="metrics")
             assert "kuberl_operator_reconciles_total" in text
 
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(30) == 0
+            assert stop_gracefully(proc) == 0
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            reap(proc)
     assert "Traceback" not in log_path.read_text()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 
 from kuberl.testing.operator_harness import experiment_body, wait_for
 from kuberl.testing.ports import free_port
+from kuberl.testing.process_tree import reap, stop_gracefully
 
 PYTHON = sys.executable
 
@@ -83,11 +83,8 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
         assert 'kuberl_operator_reconciles_total{result="success"}' in text
         assert "kuberl_operator_reconcile_duration_seconds_bucket" in text
         assert pods("other") == []  # outside the operator's namespaces
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        assert stop_gracefully(proc) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        reap(proc)
         log.close()
     assert "Traceback" not in (tmp_path / "operator.log").read_text()

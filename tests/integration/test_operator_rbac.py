@@ -16,7 +16,6 @@ import base64
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from helm_chart import RELEASE_NAMESPACE, render
 from kuberl.testing.apiserver import EmulatorThread, KubeApiEmulator, _resource_target, write_kubeconfig
 from kuberl.testing.operator_harness import experiment_body, wait_for
 from kuberl.testing.ports import free_port
+from kuberl.testing.process_tree import reap, stop_gracefully
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -201,12 +201,9 @@ def test_the_operator_uses_exactly_what_the_chart_grants(mode, tmp_path, monkeyp
             proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
                 lifecycle.run()
-                proc.send_signal(signal.SIGTERM)
-                assert proc.wait(30) == 0
+                assert stop_gracefully(proc) == 0
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(10)
+                reap(proc)
         recorder.enabled = False
     used = recorder.pairs
     assert cluster_py_pairs() <= used, f"the lifecycle missed operator calls: {cluster_py_pairs() - used}"

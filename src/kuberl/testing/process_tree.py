@@ -71,3 +71,17 @@ def stop_process_tree(process: subprocess.Popen, marker: str, *, grace_seconds: 
         # zombies have an empty environ, so they do not count as alive
         if not processes_with_marker(marker) or time.monotonic() > deadline:
             return
+
+
+def stop_gracefully(process: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM, as the kubelet sends it; the exit code once the process has exited (or raises
+    subprocess.TimeoutExpired past `timeout`, leaving the process for reap())."""
+    process.send_signal(signal.SIGTERM)
+    return process.wait(timeout)
+
+
+def reap(process: subprocess.Popen) -> None:
+    """Kill the process if it still runs (for a `finally:`), and wait for it."""
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
