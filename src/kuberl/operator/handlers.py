@@ -72,6 +72,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.ttl = {}  # spec.ttlSecondsAfterFinished: finished experiments with one are still polled
     memo.next_poll = {}
     memo.retries = {}
+    memo.retry_tasks = set()
     memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
@@ -146,7 +147,9 @@ def _schedule_retry(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logge
         if key in memo.generations:  # not deleted meanwhile
             await reconcile(memo, key[0], key[1], logger)
 
-    asyncio.get_running_loop().create_task(retry())
+    task = asyncio.get_running_loop().create_task(retry())
+    memo.retry_tasks.add(task)  # the loop keeps only weak references to its tasks
+    task.add_done_callback(memo.retry_tasks.discard)
 
 
 def _forget(memo: kopf.Memo, key: tuple[str, str]) -> None:
