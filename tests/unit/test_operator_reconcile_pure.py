@@ -45,3 +45,10 @@ def test_experiment_of_pod_follows_the_owner_reference():
 def test_status_patch_nulls_removed_keys_and_skips_unchanged_ones():
     assert _status_patch({"a": 1, "b": 2, "c": 3}, {"a": 1, "b": 5}) == {"b": 5, "c": None}
     assert _status_patch({"a": 1}, {"a": 1}) == {}
+
+
+def test_reconcile_retries_back_off_to_a_cap_for_any_failure_count():
+    from kuberl.operator.handlers import retry_seconds
+
+    assert [retry_seconds(n) for n in (1, 2, 3, 6)] == [2.0, 4.0, 8.0, 60.0]
+    assert retry_seconds(5000) == 60.0  # weeks of failures: still the cap, no OverflowError

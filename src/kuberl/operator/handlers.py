@@ -135,10 +135,17 @@ async def _reconcile_passes(memo: kopf.Memo, key: tuple[str, str]) -> None:
         return
 
 
+def retry_seconds(failures: int) -> float:
+    """The wait before retry number `failures`: doubling from the first to the longest; any count is
+    safe (2.0 * 2**1024 would overflow a float, as the storage writers' backoff once did)."""
+    first, longest = RETRY_BACKOFF
+    return min(first * 2 ** min(failures - 1, 32), longest)
+
+
 def _schedule_retry(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logger | Any, exc: Exception) -> None:
     failures = memo.retries.get(key, 0) + 1
     memo.retries[key] = failures
-    delay = min(RETRY_BACKOFF[0] * 2 ** (failures - 1), RETRY_BACKOFF[1])
+    delay = retry_seconds(failures)
     logger.error("reconcile of %s/%s failed (%s: %s); retry %d in %.0f s",
                  key[0], key[1], type(exc).__name__, exc, failures, delay)
 
