@@ -14,11 +14,11 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # torch goes first and pinned: a plain "torch" requirement pulls gigabytes of CUDA packages.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints.txt -e ".[trainer,operator,dev]"
+	$(PIP) install -q -c constraints.txt -e ".[trainer,operator,dev]" -e ./testing
 	touch $@
 
 install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools
@@ -33,7 +33,7 @@ e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=ki
 	$(BIN)/python -m pytest -q e2e
 
 lint: $(STAMP) ## ruff
-	$(BIN)/ruff check src tests bench e2e
+	$(BIN)/ruff check src testing tests bench e2e
 
 crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from the API types
 	$(BIN)/python -m kuberl.api.crd

@@ -1,7 +1,7 @@
 """Operator lifecycle load: N RLExperiments created, running with progress polls, then deleted.
 
 The emulator and the operator run as processes; stand-in trainers on loopback addresses answer
-the operator's status polls (see kuberl.testing.lifecycle_load). Prints apply -> children,
+the operator's status polls (see kuberl_testing.lifecycle_load). Prints apply -> children,
 pods Running -> phase Running, the progress lag of .status (three rounds: growing means a
 backlog), delete -> children gone, the operator's RSS per phase and reconcile durations.
 tests/integration/test_operator_load.py runs 150 with a 2 s poll; this runs 500 by default.
@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from kuberl.testing.lifecycle_load import lifecycle_load
+from kuberl_testing.lifecycle_load import lifecycle_load
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kuberl.testing.lifecycle_load import (
+from kuberl_testing.lifecycle_load import (
     EXPERIMENTS_PATH,
     children,
     emulator_and_operator,

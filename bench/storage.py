@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kuberl.testing.s3server import DEFAULT_CREDENTIALS, S3ServerProcess
+from kuberl_testing.s3server import DEFAULT_CREDENTIALS, S3ServerProcess
 
 MB = 1_000_000
 

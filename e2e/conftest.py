@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes import config
 from standin import StandInCluster
 
-from kuberl.testing.podrunner import api_client_from_kubeconfig
+from kuberl_testing.podrunner import api_client_from_kubeconfig
 
 CLUSTER = os.environ.get("E2E_CLUSTER", "standin")
 

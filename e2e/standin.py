@@ -20,14 +20,14 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from kuberl.testing.podrunner import (
+from kuberl_testing.podrunner import (
     STATUS_PORT,
     PodRunner,
     RunnerOptions,
     api_client_from_kubeconfig,
     free_port,
 )
-from kuberl.testing.s3server import DEFAULT_CREDENTIALS, S3Server
+from kuberl_testing.s3server import DEFAULT_CREDENTIALS, S3Server
 
 NAMESPACE = "kuberl-e2e"
 BUCKET = "kuberl-e2e"
@@ -149,7 +149,7 @@ class StandInCluster:
     def _start_emulator(self) -> None:
         log = open(self.work_dir / "emulator.log", "wb")  # noqa: SIM115 (the child owns it)
         self._emulator = subprocess.Popen(
-            [sys.executable, "-m", "kuberl.testing.apiserver", "--port", "0", "--kubeconfig", str(self.kubeconfig)],
+            [sys.executable, "-m", "kuberl_testing.apiserver", "--port", "0", "--kubeconfig", str(self.kubeconfig)],
             stdout=subprocess.PIPE, stderr=log)
         assert self._emulator.stdout is not None
         url = self._emulator.stdout.readline().decode().strip()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kuberl.testing.s3server import S3Server
+from kuberl_testing.s3server import S3Server
 
 _bucket_numbers = itertools.count()
 

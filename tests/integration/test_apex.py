@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from fault_figures import report_figures
+from kuberl_testing.fault_figures import report_figures
 
 from kuberl.trainer.apex import ApexDQNConfig
 

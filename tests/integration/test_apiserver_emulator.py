@@ -8,8 +8,8 @@ import json
 import aiohttp
 import pytest
 
-from kuberl.testing import apiserver
-from kuberl.testing.apiserver import serve_emulator
+from kuberl_testing import apiserver
+from kuberl_testing.apiserver import serve_emulator
 
 PODS = "/api/v1/namespaces/ns/pods"
 RLX = "/apis/kuberl.io/v1alpha1/namespaces/ns/rlexperiments"

@@ -19,11 +19,11 @@ from typing import Any
 
 import kubernetes
 import pytest
-from helm_chart import RELEASE_NAMESPACE, render
+from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 
-from kuberl.testing.operator_harness import experiment_body, wait_for
-from kuberl.testing.ports import free_port
-from kuberl.testing.process_tree import reap, stop_gracefully
+from kuberl_testing.operator_harness import experiment_body, wait_for
+from kuberl_testing.ports import free_port
+from kuberl_testing.process_tree import reap, stop_gracefully
 
 BIN = Path(sys.executable).parent
 
@@ -52,7 +52,7 @@ def _container_env(container: dict[str, Any]) -> dict[str, str]:
 @pytest.fixture
 def emulator(tmp_path: Path):
     kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig", str(kubeconfig)],
+    proc = subprocess.Popen([sys.executable, "-m", "kuberl_testing.apiserver", "--kubeconfig", str(kubeconfig)],
                             stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
     assert url.startswith("http://127.0.0.1:")

@@ -22,10 +22,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fault_figures import report_figures
+from kuberl_testing.fault_figures import report_figures
 
-from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
-from kuberl.testing.s3server import S3Server
+from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
+from kuberl_testing.s3server import S3Server
 
 NAMESPACE = "creds"
 BUCKET = "kuberl-leak-test"

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_figures import report_figures
+from kuberl_testing.fault_figures import report_figures
 
-from kuberl.testing.bad_inputs import CASES, CLASSES, ENV, BadInput
-from kuberl.testing.operator_harness import OperatorHarness, wait_for
+from kuberl_testing.bad_inputs import CASES, CLASSES, ENV, BadInput
+from kuberl_testing.operator_harness import OperatorHarness, wait_for
 
 REPRESENTATIVE = {  # class -> case id
     "wrong-type": "wrong-type-rollouts.workers-many",

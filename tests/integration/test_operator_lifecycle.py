@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from fault_figures import report_figures
+from kuberl_testing.fault_figures import report_figures
 
-from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
-from kuberl.testing.ports import free_port
+from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
+from kuberl_testing.ports import free_port
 
 NAMESPACES = [f"life-{i}" for i in range(16)]
 _namespaces = iter(NAMESPACES)

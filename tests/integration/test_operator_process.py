@@ -16,9 +16,9 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from kuberl.testing.operator_harness import experiment_body, wait_for
-from kuberl.testing.ports import free_port
-from kuberl.testing.process_tree import reap, stop_gracefully
+from kuberl_testing.operator_harness import experiment_body, wait_for
+from kuberl_testing.ports import free_port
+from kuberl_testing.process_tree import reap, stop_gracefully
 
 PYTHON = sys.executable
 
@@ -41,7 +41,7 @@ def test_operator_never_imports_the_trainer_stack():
 @pytest.fixture
 def emulator_process(tmp_path: Path):
     kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([PYTHON, "-m", "kuberl.testing.apiserver", "--kubeconfig", str(kubeconfig)],
+    proc = subprocess.Popen([PYTHON, "-m", "kuberl_testing.apiserver", "--kubeconfig", str(kubeconfig)],
                             stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
     assert url.startswith("http://127.0.0.1:")

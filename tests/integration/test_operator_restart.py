@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from fault_figures import report_figures
+from kuberl_testing.fault_figures import report_figures
 
-from kuberl.testing.operator_harness import OperatorHarness, experiment_body, wait_for
+from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
 
 NAMESPACES = ["restart-c"] + [f"restart-step-{i}" for i in range(8)]
 CHILDREN = (("pods", "exp-head", ""), ("pods", "exp-worker-0", ""), ("pods", "exp-worker-1", ""),

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from kuberl.testing.apiserver import EmulatorThread
-from kuberl.testing.podrunner import PodRunner, RunnerOptions, free_port
+from kuberl_testing.apiserver import EmulatorThread
+from kuberl_testing.podrunner import PodRunner, RunnerOptions, free_port
 
 NS = "default"
 PY = sys.executable
@@ -259,11 +259,11 @@ def test_the_runner_runs_as_a_command_until_sigterm(tmp_path):
     import signal
     import subprocess
 
-    from kuberl.testing.apiserver import write_kubeconfig
+    from kuberl_testing.apiserver import write_kubeconfig
 
     with EmulatorThread(with_kuberl_crd=False) as emulator:
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", emulator.url)
-        runner = subprocess.Popen([PY, "-m", "kuberl.testing.podrunner", "--kubeconfig", str(kubeconfig),
+        runner = subprocess.Popen([PY, "-m", "kuberl_testing.podrunner", "--kubeconfig", str(kubeconfig),
                                    "--work-dir", str(tmp_path / "pods")], stdout=subprocess.PIPE)
         try:
             configuration = k8s.Configuration()

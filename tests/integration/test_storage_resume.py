@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_figures import report_figures
-from trainer_process import KUBERL, Trainer, ppo_manifest, wait_for
+from kuberl_testing.fault_figures import report_figures
+from kuberl_testing.trainer_process import KUBERL, Trainer, ppo_manifest, wait_for
 
-from kuberl.testing.s3server import S3Server
+from kuberl_testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
 from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.s3 import S3Store
@@ -121,7 +121,7 @@ def test_kill_during_a_checkpoint_write_resumes_from_the_previous_one(
 
 @pytest.mark.parametrize("problem", ["no-bucket", "dead-endpoint"])
 def test_unusable_store_exits_2_naming_the_uri(s3: S3Server, tmp_path: Path, problem: str) -> None:
-    from kuberl.testing.ports import free_port
+    from kuberl_testing.ports import free_port
 
     endpoint = s3.endpoint if problem == "no-bucket" else f"http://127.0.0.1:{free_port()}"
     path = tmp_path / "exp.yaml"

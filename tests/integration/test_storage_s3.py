@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.testing.s3server import S3Server, S3ServerProcess
+from kuberl_testing.s3server import S3Server, S3ServerProcess
 from kuberl.trainer.storage import NotFound, StorageError, open_store
 from kuberl.trainer.storage.checkpoints import (
     CheckpointWriter,
@@ -110,7 +110,7 @@ def test_no_credentials_is_a_clear_error(s3: S3Server, s3_bucket: str, monkeypat
 
 
 def _closed_port() -> int:
-    from kuberl.testing.ports import free_port
+    from kuberl_testing.ports import free_port
 
     return free_port()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kuberl.testing.apiserver import (
+from kuberl_testing.apiserver import (
     ApiError,
     field_selector_matches,
     json_patch,

@@ -1,4 +1,4 @@
-"""The bad-input matrix (kuberl.testing.bad_inputs.CASES) against each layer that must refuse it.
+"""The bad-input matrix (kuberl_testing.bad_inputs.CASES) against each layer that must refuse it.
 
 (a) The CRD's openAPIV3Schema as the API server applies it: JSON only (no inf/nan), int64 integers,
     metadata.name a DNS subdomain, unknown fields refused (kubectl's default strict field validation),
@@ -27,7 +27,7 @@ from kuberl.api.hyperparams import HYPERPARAMS
 from kuberl.api.types import DNS_SUBDOMAIN_PATTERN
 from kuberl.api.validation import INT64_RANGE, ManifestError, load_manifest, parse_yaml
 from kuberl.operator.reconcile import validate_body
-from kuberl.testing.bad_inputs import (
+from kuberl_testing.bad_inputs import (
     CASES,
     CLASSES,
     CLUSTER,
@@ -131,7 +131,7 @@ def spec_fields() -> set[str]:
 def test_every_field_has_a_case():
     covered = {c.leaf for c in CASES if c.kind != UNKNOWN_FIELD}
     missing = sorted(spec_fields() - covered)
-    assert not missing, f"fields with no bad-input case in kuberl.testing.bad_inputs.CASES: {missing}"
+    assert not missing, f"fields with no bad-input case in kuberl_testing.bad_inputs.CASES: {missing}"
     assert len(spec_fields()) > 80  # the derivation found the spec and the hyperparameters
 
 

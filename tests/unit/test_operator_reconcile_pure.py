@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kuberl.operator.reconcile import _status_patch, experiment_of_pod, validate_body
-from kuberl.testing.operator_harness import experiment_body
+from kuberl_testing.operator_harness import experiment_body
 
 
 def api_object(**spec):

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from kuberl.testing.localpod import (
+from kuberl_testing.localpod import (
     Endpoint,
     PodSetupError,
     expand_dependent_vars,
@@ -22,7 +22,7 @@ from kuberl.testing.localpod import (
     service_hostnames,
     volume_files,
 )
-from kuberl.testing.podrunner import AddressPool
+from kuberl_testing.podrunner import AddressPool
 
 POD = {"metadata": {"name": "exp-head", "namespace": "research", "uid": "u-1", "labels": {"kuberl.io/role": "head"}},
        "spec": {"containers": [{"name": "head"}], "volumes": [
@@ -186,7 +186,7 @@ def test_paths_are_rewritten_in_one_pass():
 
 
 def test_a_pods_processes_are_found_by_their_environment_marker(tmp_path):
-    from kuberl.testing.process_tree import MARKER_VARIABLE, processes_with_marker
+    from kuberl_testing.process_tree import MARKER_VARIABLE, processes_with_marker
 
     for pid, env in ((101, f"PATH=/bin\0{MARKER_VARIABLE}=abc\0"), (102, f"{MARKER_VARIABLE}=abcd\0"),
                      (103, "PATH=/bin\0")):
@@ -198,7 +198,7 @@ def test_a_pods_processes_are_found_by_their_environment_marker(tmp_path):
 
 
 def test_a_pods_address_goes_back_to_the_pool_once():
-    from kuberl.testing.podrunner import PodRunner, _Pod
+    from kuberl_testing.podrunner import PodRunner, _Pod
 
     runner = PodRunner.__new__(PodRunner)  # only the address bookkeeping, no API
     runner._pool = AddressPool(third_octet=9)

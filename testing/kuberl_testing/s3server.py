@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kuberl.testing.ports import free_port
+from kuberl_testing.ports import free_port
 
 DEFAULT_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -254,7 +254,7 @@ class S3ServerProcess:
 
     def start(self, timeout: float = 60.0) -> S3ServerProcess:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "kuberl.testing.s3server", str(self.port)],
+            [sys.executable, "-m", "kuberl_testing.s3server", str(self.port)],
             env={**os.environ, **self.extra_env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
@@ -284,7 +284,7 @@ class S3ServerProcess:
 
 
 def main() -> None:
-    """`python -m kuberl.testing.s3server [PORT]`: serve until interrupted."""
+    """`python -m kuberl_testing.s3server [PORT]`: serve until interrupted."""
     port = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("KUBERL_S3_PORT", "0")) or None
     with S3Server(port=port) as server:
         print(f"moto S3 at {server.endpoint} (credentials: testing/testing)", flush=True)

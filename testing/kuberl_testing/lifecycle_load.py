@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from kuberl.testing.ports import free_port
+from kuberl_testing.ports import free_port
 
 NAMESPACE = "load"
 CHILD_PATHS = {
@@ -328,7 +328,7 @@ def emulator_and_operator(poll_seconds: float, status_port: int) -> Iterator[tup
     metrics port, emulator PID), once the operator answers its health probe."""
     with tempfile.TemporaryDirectory(prefix="kuberl-load-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
-        emulator = subprocess.Popen([sys.executable, "-m", "kuberl.testing.apiserver", "--kubeconfig",
+        emulator = subprocess.Popen([sys.executable, "-m", "kuberl_testing.apiserver", "--kubeconfig",
                                      str(kubeconfig)], stdout=subprocess.PIPE, text=True)
         operator = None
         log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115 - closed below

@@ -14,7 +14,7 @@ address from KUBERL_STATUS_PORT / KUBERL_STATUS_HOST and its termination log pat
 KUBERL_TERMINATION_LOG. One container per pod; restartPolicy is treated as Never.
 
 Use `PodRunner(api_client, options).start()` / `.stop()` from Python, or run
-`python -m kuberl.testing.podrunner --kubeconfig PATH`.
+`python -m kuberl_testing.podrunner --kubeconfig PATH`.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from kuberl.testing import localpod
-from kuberl.testing.localpod import Endpoint, PodSetupError
-from kuberl.testing.ports import free_port
-from kuberl.testing.process_tree import (
+from kuberl_testing import localpod
+from kuberl_testing.localpod import Endpoint, PodSetupError
+from kuberl_testing.ports import free_port
+from kuberl_testing.process_tree import (
     MARKER_VARIABLE,
     processes_with_marker,
     start_process,

@@ -13,7 +13,7 @@ Not emulated: schema validation of custom resources, admission, RBAC, graceful p
 (pods are deleted at once; there is no kubelet). Everything listens on 127.0.0.1 only.
 
 Use it from async code with `serve_emulator()`, from sync code with `EmulatorThread`, or as a
-process: `python -m kuberl.testing.apiserver --port 0 --kubeconfig PATH`.
+process: `python -m kuberl_testing.apiserver --port 0 --kubeconfig PATH`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import kubernetes
 from kubernetes.client import ApiException
 
 from kuberl.api.types import GROUP, PLURAL, VERSION
-from kuberl.testing.apiserver import EmulatorThread, write_kubeconfig
+from kuberl_testing.apiserver import EmulatorThread, write_kubeconfig
 
 T = TypeVar("T")
 
