@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
 
 from kuberl.trainer.apex import ApexDQNConfig
+from kuberl_testing.fault_figures import report_figures
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import kubernetes
 import pytest
-from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 
+from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 from kuberl_testing.operator_harness import experiment_body, wait_for
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import reap, stop_gracefully

@@ -22,8 +22,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
 
+from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
 from kuberl_testing.s3server import S3Server
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
 
 from kuberl_testing.bad_inputs import CASES, CLASSES, ENV, BadInput
+from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.operator_harness import OperatorHarness, wait_for
 
 REPRESENTATIVE = {  # class -> case id

@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from kuberl_testing.fault_figures import report_figures
 
+from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
 from kuberl_testing.ports import free_port
 

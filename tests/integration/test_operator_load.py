@@ -7,8 +7,8 @@ in bench/operator_lifecycle.py; docs/reliability.md has both sets of figures.
 from __future__ import annotations
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
 
+from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.lifecycle_load import lifecycle_load
 
 COUNT = 150

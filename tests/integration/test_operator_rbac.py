@@ -23,10 +23,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from kuberl_testing.fault_figures import report_figures
-from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 
 from kuberl_testing.apiserver import EmulatorThread, KubeApiEmulator, _resource_target, write_kubeconfig
+from kuberl_testing.fault_figures import report_figures
+from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 from kuberl_testing.operator_harness import experiment_body, wait_for
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import reap, stop_gracefully

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
 
+from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
 
 NAMESPACES = ["restart-c"] + [f"restart-step-{i}" for i in range(8)]

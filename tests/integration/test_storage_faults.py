@@ -18,13 +18,19 @@ import time
 from pathlib import Path
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
-from kuberl_testing.trainer_process import GRACE_SECONDS, Trainer, assert_results_contiguous, ppo_manifest, wait_for
 
-from kuberl_testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
 from kuberl.trainer.storage.local import TEMP_PREFIX, LocalStore
 from kuberl.trainer.storage.s3 import S3Store
+from kuberl_testing.fault_figures import report_figures
+from kuberl_testing.s3server import S3Server
+from kuberl_testing.trainer_process import (
+    GRACE_SECONDS,
+    Trainer,
+    assert_results_contiguous,
+    ppo_manifest,
+    wait_for,
+)
 
 FAULT_SECONDS = 20.0
 

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from kuberl_testing.fault_figures import report_figures
-from kuberl_testing.trainer_process import KUBERL, Trainer, ppo_manifest, wait_for
 
-from kuberl_testing.s3server import S3Server
 from kuberl.trainer.storage.checkpoints import latest_checkpoint, list_checkpoints
 from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.s3 import S3Store
 from kuberl.trainer.storage.traces import read_traces
+from kuberl_testing.fault_figures import report_figures
+from kuberl_testing.s3server import S3Server
+from kuberl_testing.trainer_process import KUBERL, Trainer, ppo_manifest, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # trainer processes on a busy CI machine
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from kuberl_testing.s3server import S3Server, S3ServerProcess
 from kuberl.trainer.storage import NotFound, StorageError, open_store
 from kuberl.trainer.storage.checkpoints import (
     CheckpointWriter,
@@ -24,6 +23,7 @@ from kuberl.trainer.storage.checkpoints import (
 from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.s3 import S3Store
 from kuberl.trainer.storage.traces import read_traces
+from kuberl_testing.s3server import S3Server, S3ServerProcess
 
 
 def state(i: int, size: int = 1000) -> dict[str, bytes]:

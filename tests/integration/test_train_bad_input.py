@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kuberl_testing.fault_figures import report_figures
 
 from kuberl_testing.bad_inputs import CASES, BadInput, base_manifest
+from kuberl_testing.fault_figures import report_figures
 
 TRAIN_CASES = [c for c in CASES if c.id in {
     "wrong-type-rollouts.workers-many",
