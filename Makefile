@@ -59,6 +59,17 @@ images: ## build the operator and trainer images (needs a Docker engine; IMAGES=
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine" >&2; exit 1; }
 	$(foreach image,$(IMAGES),docker build -f images/$(image).Dockerfile -t $(call image_tag,$(image)) . &&) true
 
+# Podman without a Docker engine or a registry: images/build-local.sh makes a stand-in base if none
+# can be pulled (see docs/images.md). images-check runs the built images; it is not part of make test.
+LOCAL_IMAGES ?= operator trainer
+.PHONY: images-local images-check
+images-local: ## build the operator and CPU trainer images with podman (stand-in base when no registry answers)
+	images/build-local.sh $(foreach image,$(LOCAL_IMAGES),$(image)=$(call image_tag,$(image)))
+
+images-check: images-local $(STAMP) ## run the images-local images: operator --help read-only as non-root, CartPole training
+	OPERATOR_IMAGE=$(call image_tag,operator) TRAINER_IMAGE=$(call image_tag,trainer) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider e2e/images/check_images.py
+
 RLLIB_VENV ?= .venv-rllib
 
 # RLlib is never a kuberl dependency: bench/cartpole.py runs it from its own venv for the comparison.
