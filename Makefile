@@ -68,7 +68,7 @@ images-local: ## build the operator and CPU trainer images with podman (stand-in
 
 images-check: images-local $(STAMP) ## run the images-local images: operator --help read-only as non-root, CartPole training
 	OPERATOR_IMAGE=$(call image_tag,operator) TRAINER_IMAGE=$(call image_tag,trainer) \
-		$(BIN)/python -m pytest -q -p no:cacheprovider e2e/images/check_images.py
+		$(BIN)/python -m pytest -q -p no:cacheprovider --noconftest e2e/images/check_images.py
 
 RLLIB_VENV ?= .venv-rllib
 

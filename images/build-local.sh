@@ -10,11 +10,13 @@
 #    has its own (/usr/local/bin), imported under the FROM name and labelled as a stand-in.
 # 2. `podman build --pull=never` of each images/NAME.Dockerfile, unchanged, with the host's pip
 #    configuration (merged by host_pip_config.py) and the local paths it names mounted read-only
-#    for the build's RUN steps only, so pip in the build reaches the packages the host's pip does.
+#    for the build's RUN steps only, so pip in the build reaches the packages the host's pip does
+#    and the images keep nothing of it.
 #
 # Environment: STANDIN_BASE=1 makes the stand-in without trying a registry; DEBIAN_MIRROR picks
-# the mirror (default: the host's apt sources); BUILD_ISOLATION the RUN steps' (default chroot); TORCH_INDEX overrides the Dockerfile's torch index
-# (default: the Dockerfile's when it resolves, else the host's pip index with its find-links).
+# the mirror (default: the host's apt sources); BUILD_ISOLATION the RUN steps' (default chroot);
+# TORCH_INDEX overrides the Dockerfile's torch index (default: the Dockerfile's when it answers,
+# else the host's pip index with its find-links).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,7 +103,7 @@ torch_index_arg() {
         echo "--build-arg=TORCH_INDEX=$TORCH_INDEX"
     elif ! curl -fsS -o /dev/null --max-time 20 "$default/" 2>/dev/null; then
         local host_index
-        host_index=$(sed -n 's/^index-url *= *//p' "$pip_conf" | head -n1)
+        host_index=$(sed -n 's/^index-url *= *//p' "$home/.config/pip/pip.conf" | head -n1)
         log "$default does not answer: torch comes from ${host_index:-https://pypi.org/simple} and the host's find-links"
         echo "--build-arg=TORCH_INDEX=${host_index:-https://pypi.org/simple}"
     fi
@@ -113,14 +115,25 @@ isolation=${BUILD_ISOLATION:-chroot}
 base=$(base_image "$@")
 ensure_base "$base"
 
+# pip in the build finds the host's configuration as root's user config. The build's RUN steps get
+# a scratch home mounted over /root, which every Debian base has, with the configuration and the
+# local paths it names mounted inside it: the mount points then lie in the scratch directory on
+# this machine, so no stage (the final one runs RUN steps too) gets an empty /etc/pip.conf or /opt/...
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-pip_conf=$work/pip.conf
-mounts=(--volume "$pip_conf:/etc/pip.conf:ro")
+home=$work/root prefix=/root/.host-pip
+mkdir -p "$home/.config/pip"
+mounts=(--volume "$home:/root")
 while IFS= read -r path; do
-    [ -n "$path" ] && mounts+=(--volume "$path:$path:ro")
-done < <(python3 images/host_pip_config.py "$pip_conf")
-log "pip in the build: $(grep -c = "$pip_conf") settings from the host, mounts: ${mounts[*]}"
+    [ -n "$path" ] || continue
+    if [ -d "$path" ]; then
+        mkdir -p "$home/.host-pip$path"
+    else
+        mkdir -p "$(dirname "$home/.host-pip$path")" && touch "$home/.host-pip$path"
+    fi
+    mounts+=(--volume "$path:$prefix$path:ro")
+done < <(python3 images/host_pip_config.py "$home/.config/pip/pip.conf" "$prefix")
+log "pip in the build: $(grep -c = "$home/.config/pip/pip.conf") settings from the host, mounts: ${mounts[*]}"
 
 for pair in "$@"; do
     name=${pair%%=*} tag=${pair#*=}
@@ -131,7 +144,9 @@ for pair in "$@"; do
     [ -n "$index_arg" ] && args+=("$index_arg")
     started=$(date +%s)
     log "building $tag from $dockerfile"
-    podman build --pull=never --network=host --isolation="$isolation" "${mounts[@]}" "${args[@]}" -f "$dockerfile" -t "$tag" . \
-        >"$work/$name.log" 2>&1 || { tail -n 40 "$work/$name.log" >&2; die "podman build of $dockerfile failed"; }
-    log "built $tag in $(seconds_since "$started")s ($(podman image inspect --format '{{.Size}}' "$tag") bytes)"
+    build_log=${TMPDIR:-/tmp}/kuberl-image-$name.log
+    podman build --pull=never --network=host --isolation="$isolation" "${mounts[@]}" "${args[@]}" \
+        -f "$dockerfile" -t "$tag" . >"$build_log" 2>&1 \
+        || { tail -n 40 "$build_log" >&2; die "podman build of $dockerfile failed (log: $build_log)"; }
+    log "built $tag in $(seconds_since "$started")s ($(podman image inspect --format '{{.Size}}' "$tag") bytes; log: $build_log)"
 done

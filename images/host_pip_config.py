@@ -1,11 +1,12 @@
 """The host's effective pip configuration, for a container build that must reach the same packages.
 
 Merges the pip config files in pip's own order (global, user, then PIP_CONFIG_FILE) and the
-PIP_* environment variables (which pip lets override the files) into one pip.conf, written to the
-given path, and prints the local paths that configuration names (find-links directories, file://
-indexes, constraint files, CA bundles), one per line, so the caller can mount them read-only.
+PIP_* environment variables (which pip lets override the files) into one pip.conf written to OUT,
+with every local path it names (find-links directories, file:// indexes, constraint files, CA
+bundles) moved under PREFIX. Prints those host paths, one a line, for the caller to mount at
+PREFIX/PATH: the build then sees them where the rewritten configuration says.
 
-    python3 images/host_pip_config.py OUT.conf  >  paths-to-mount
+    python3 images/host_pip_config.py OUT.conf PREFIX  >  paths-to-mount
 """
 
 from __future__ import annotations
@@ -43,27 +44,39 @@ def merged() -> configparser.ConfigParser:
     return parser
 
 
-def local_paths(parser: configparser.ConfigParser) -> list[str]:
-    paths: set[str] = set()
+def _local_path(token: str) -> Path | None:
+    path = Path(token.removeprefix("file://"))
+    return path if path.is_absolute() and path.exists() else None
+
+
+def relocate(parser: configparser.ConfigParser, prefix: str) -> list[str]:
+    """Move the local paths the configuration names under `prefix`; return the host paths to mount."""
+    mounts: set[str] = set()
     for section in parser.sections():
         for option in PATH_OPTIONS:
-            for token in parser[section].get(option, "").split():
-                path = Path(token.removeprefix("file://"))
-                if not path.is_absolute() or not path.exists():
+            if option not in parser[section]:
+                continue
+            tokens = parser[section][option].split()
+            for i, token in enumerate(tokens):
+                path = _local_path(token)
+                if path is None:
                     continue
                 # A file:// simple index links its files as ../../files/...: mount the index's parent.
-                paths.add(str(path.parent if path.name == "simple" else path))
-    return sorted(paths)
+                mounts.add(str(path.parent if path.name == "simple" else path))
+                tokens[i] = token.replace(str(path), prefix.rstrip("/") + str(path), 1)
+            parser[section][option] = " ".join(tokens)
+    return sorted(mounts)
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 3:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     parser = merged()
+    mounts = relocate(parser, sys.argv[2])
     with open(sys.argv[1], "w") as out:
         parser.write(out)
-    print("\n".join(local_paths(parser)))
+    print("\n".join(mounts))
     return 0
 
 

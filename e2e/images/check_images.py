@@ -2,6 +2,7 @@
 
 - the operator image answers `kuberl operator --help` as the chart's non-root user with a
   read-only root filesystem, and carries no torch or Ray;
+- neither image keeps the build host's pip configuration or its mount points;
 - the CPU trainer image, as the uid the operator's pods run as, with a read-only root filesystem,
   a writable /tmp and a memory /dev/shm (the pod's mounts), trains examples/cartpole-ppo.yaml for a
   few thousand steps (one Ray rollout actor) into a mounted directory: results.jsonl and a
@@ -39,8 +40,10 @@ def _runtime_options() -> list[list[str]]:
     """podman's defaults first, then what machines without CAP_SYS_RESOURCE and with hybrid cgroups
     need: rlimits no higher than this process's (podman asks for more and the runtime may not raise
     them) and runc, since crun refuses hybrid cgroups even with --cgroups=disabled."""
-    limits = [f"--ulimit={name}={min(resource.getrlimit(limit)[1], 16384)}:{min(resource.getrlimit(limit)[1], 16384)}"
-              for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC))]
+    limits = []
+    for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        value = min(resource.getrlimit(limit)[1], 16384)
+        limits.append(f"--ulimit={name}={value}:{value}")
     return [[], [*limits, "--cgroups=disabled"], [*limits, "--runtime=runc"]]
 
 
@@ -101,6 +104,17 @@ def test_operator_image_runs_as_its_user_and_carries_no_torch_or_ray():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     uid, gid = chart_user().split(":")
     assert proc.stdout.split() == [uid, gid, "[]"]
+
+
+@pytest.mark.parametrize("variable", ["OPERATOR_IMAGE", "TRAINER_IMAGE"])
+def test_image_keeps_nothing_of_the_build_hosts_pip_configuration(variable):
+    """images/build-local.sh mounts the host's pip configuration and package directories into the
+    build's RUN steps; an image must not keep them (nor empty mount points in their place)."""
+    probe = ("import os, sys; print(sorted(os.listdir('/opt')), "
+             "[p for p in ('/etc/pip.conf', '/etc/xdg/pip', '/root/.config/pip', '/root/.host-pip') if os.path.lexists(p)])")
+    proc = podman_run(image(variable), "-c", probe, options=("--entrypoint", "python", "--user", "0"), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "['kuberl'] []"
 
 
 def test_trainer_image_trains_cartpole_into_a_mounted_directory(tmp_path):
