@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from kuberl import __version__
+from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_INVALID_SPEC
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
 EXIT_INTERRUPTED = 130
 
 _DESCRIPTION = """\
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line, only the summary")
     p.add_argument("--in-cluster", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--status-port", type=int, default=None, metavar="PORT",
-                   help="serve /status and /metrics on this port (default 8080 in a cluster, off locally)")
+                   help=f"serve /status and /metrics on this port (default {DEFAULT_STATUS_PORT} in a cluster, off locally)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("validate", help="check a manifest without training")

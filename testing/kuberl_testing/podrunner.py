@@ -9,9 +9,10 @@ everything the runner started is stopped, by process group and by a per-pod envi
 never by name.
 
 Stand-in specifics: container ports get a local port each (Ray's GCS binds `*:6379`, so two pods
-cannot both have it), except the ones in `fixed_ports`; the trainer learns its status port and
-address from KUBERL_STATUS_PORT / KUBERL_STATUS_HOST and its termination log path from
-KUBERL_TERMINATION_LOG. One container per pod; restartPolicy is treated as Never.
+cannot both have it), except the ones in `fixed_ports`; the trainer's status port (the pod's
+KUBERL_STATUS_PORT, set by the operator) becomes its local port, its address is pinned by
+KUBERL_STATUS_HOST and its termination log path by KUBERL_TERMINATION_LOG. One container per pod;
+restartPolicy is treated as Never.
 
 Use `PodRunner(api_client, options).start()` / `.stop()` from Python, or run
 `python -m kuberl_testing.podrunner --kubeconfig PATH`.
@@ -42,6 +43,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from kuberl.api.contract import ENV_STATUS_HOST, ENV_STATUS_PORT, ENV_TERMINATION_LOG
 from kuberl_testing import localpod
 from kuberl_testing.localpod import Endpoint, PodSetupError
 from kuberl_testing.ports import free_port
@@ -52,7 +54,6 @@ from kuberl_testing.process_tree import (
     stop_process_tree,
 )
 
-STATUS_PORT = 8080
 TERMINAL_PHASES = ("Succeeded", "Failed")
 MAX_TERMINATION_MESSAGE = 4096
 LOG_FALLBACK_BYTES = 2048
@@ -289,7 +290,7 @@ class PodRunner:
                                            hosts) for a in argv]
         argv = localpod.rewrite_port_flags(argv, pod.ports)
         env = {k: localpod.rewrite_addresses(localpod.rewrite_paths(v, paths), hosts) for k, v in env.items()}
-        env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod)}
+        env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod, env)}
         argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
         working_dir = container.get("workingDir")
         cwd = localpod.rewrite_paths(working_dir, paths) if working_dir else str(pod.directory)
@@ -360,20 +361,21 @@ class PodRunner:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def _pinned_env(self, pod: _Pod) -> dict[str, str]:
+    def _pinned_env(self, pod: _Pod, env: Mapping[str, str]) -> dict[str, str]:
         """What only the stand-in knows: where this pod's files, address and ports are."""
         assert pod.directory is not None and pod.ip is not None
-        env = {
+        pinned = {
             "HOME": str(pod.directory / "home"),
             "TMPDIR": str(pod.directory / "tmp"),
             "RAY_TMPDIR": str(self._ray_dir(pod)),
-            "KUBERL_STATUS_HOST": pod.ip,
-            "KUBERL_TERMINATION_LOG": str(pod.termination_path),
+            ENV_STATUS_HOST: pod.ip,
+            ENV_TERMINATION_LOG: str(pod.termination_path),
             MARKER_VARIABLE: pod.marker,
         }
-        if STATUS_PORT in pod.ports:
-            env["KUBERL_STATUS_PORT"] = str(pod.ports[STATUS_PORT])
-        return env
+        status_port = env.get(ENV_STATUS_PORT, "")
+        if status_port.isdigit() and int(status_port) in pod.ports:
+            pinned[ENV_STATUS_PORT] = str(pod.ports[int(status_port)])
+        return pinned
 
     def _ray_dir(self, pod: _Pod) -> Path:
         path = self._ray_dirs / pod.uid[:8]
@@ -519,11 +521,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run the pods of a (stand-in) Kubernetes API as local processes")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
     parser.add_argument("--work-dir", help="pod directories (logs, volumes); default: a temp dir")
-    parser.add_argument("--status-port", type=int, help="local port for every pod's :8080 (the trainer status)")
+    parser.add_argument("--status-port", type=int,
+                        help="the operator's KUBERL_STATUS_PORT: the trainers' status port keeps this number locally")
     parser.add_argument("--third-octet", type=int, help="pod addresses are 127.0.X.N")
     args = parser.parse_args(argv)
     options = RunnerOptions(work_dir=Path(args.work_dir) if args.work_dir else None, third_octet=args.third_octet,
-                            fixed_ports={STATUS_PORT: args.status_port} if args.status_port else {})
+                            fixed_ports={args.status_port: args.status_port} if args.status_port else {})
     runner = PodRunner(api_client_from_kubeconfig(args.kubeconfig), options).start()
     print(f"pod runner: pods under {runner.work_dir}", flush=True)
     stopped = threading.Event()
