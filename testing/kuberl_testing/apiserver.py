@@ -2,7 +2,7 @@
 
 `KubeApiEmulator` subclasses `kmock.KubernetesEmulator` and keeps KMock's HTTP server, request
 parsing, API discovery and error shape. It replaces the object store, because KMock 0.8 lacks what
-Kopf and the kubernetes client rely on (see DESIGN.md): `metadata.resourceVersion` on every write,
+Kopf and the kubernetes client rely on (see docs/operator.md): `metadata.resourceVersion` on every write,
 422 when a JSON-patch `test` fails, a list resourceVersion, WATCH `?resourceVersion=` replay (410
 Gone when too old), no event lost between a watch's snapshot and its subscription. It also adds
 what an operator needs: CRDs (registered directly or by creating CustomResourceDefinition
