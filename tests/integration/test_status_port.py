@@ -9,7 +9,6 @@ through the Service, so a Service without the port would keep the run from start
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from kubernetes import client as k8s
 
 from kuberl.api.contract import ENV_STATUS_PORT, EXPERIMENT_LABEL
 from kuberl.api.types import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from kuberl_testing.operator_harness import wait_for
 from kuberl_testing.podrunner import api_client_from_kubeconfig
 from kuberl_testing.standin import StandInCluster
 
@@ -37,13 +37,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandInCluster
 
 
 def _wait(what: str, check: Callable[[], Any], cluster: StandInCluster, timeout: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}\n{cluster.diagnostics(cluster.namespace)}")
+    try:
+        return wait_for(check, timeout=timeout, interval=0.2, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(cluster.namespace)}") from None
 
 
 def test_progress_is_read_from_the_moved_port(cluster: StandInCluster) -> None:
