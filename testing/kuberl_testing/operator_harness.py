@@ -175,7 +175,7 @@ class OperatorHarness:
     def created_count(self, namespace: str, plural: str, name: str, group: str = "") -> int:
         """How many times an object was created (ADDED events in the emulator's log)."""
         def count() -> int:
-            return sum(1 for e in self.emulator._events
+            return sum(1 for e in self.emulator.history.events
                        if e.type == "ADDED" and e.group == group and e.plural == plural
                        and e.obj["metadata"].get("namespace") == namespace and e.obj["metadata"]["name"] == name)
         return self.emulator_thread.call(count)
