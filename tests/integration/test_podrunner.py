@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client as k8s
 
 from kuberl_testing.apiserver import EmulatorThread
-from kuberl_testing.podrunner import PodRunner, RunnerOptions, free_port
+from kuberl_testing.podrunner import PodRunner, RunnerOptions
+from kuberl_testing.ports import free_port
 
 NS = "default"
 PY = sys.executable

@@ -1,6 +1,6 @@
 """How a Pod body becomes a local process: its environment, its files and its addresses.
 
-Pure functions, used by the pod runner (`kuberl_testing.podrunner`). A pod on the stand-in cluster
+Pure functions, used by the pod runner (`kuberl_testing.podrunner.runner`). A pod on the stand-in cluster
 gets its own loopback address (127.0.0.N) as `status.podIP`; Service names in its command and
 environment become the address of the pod the Service selects. Ports that every pod would want
 on the wildcard address (Ray's GCS binds `*:6379`) get a free local port per pod, and every

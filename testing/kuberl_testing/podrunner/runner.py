@@ -1,29 +1,12 @@
-"""The stand-in kubelet: runs the pods of a Kubernetes API (the emulator) as local processes.
-
-Each pod gets its own loopback address 127.0.X.N as `status.podIP` (never 127.0.0.1, which Ray
-rewrites), its container's command runs with the pod's environment (`valueFrom` resolved,
-ConfigMap and Secret volumes written to a directory whose path replaces the mount path), Service
-names resolve to the selected pod's address, and the pod's phase, container state, exit code and
-termination message go back to the API. A deleted pod's processes are stopped, and on shutdown
-everything the runner started is stopped, by process group and by a per-pod environment marker;
-never by name.
-
-Stand-in specifics: container ports get a local port each (Ray's GCS binds `*:6379`, so two pods
-cannot both have it), except the ones in `fixed_ports`; the trainer learns its status port and
-address from KUBERL_STATUS_PORT / KUBERL_STATUS_HOST and its termination log path from
-KUBERL_TERMINATION_LOG. One container per pod; restartPolicy is treated as Never.
-
-Use `PodRunner(api_client, options).start()` / `.stop()` from Python, or run
-`python -m kuberl_testing.podrunner --kubeconfig PATH`.
+"""`PodRunner`, the stand-in kubelet's loop: it observes the API's pods and Services, starts each pod
+as a local process (translated by `localpod`), writes its status (`pod_status`) and stops the
+processes of deleted pods, by process group and by a per-pod environment marker; never by name.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -42,8 +25,9 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from kuberl_testing import localpod
-from kuberl_testing.localpod import Endpoint, PodSetupError
+from kuberl_testing.podrunner import localpod, pod_status
+from kuberl_testing.podrunner.addresses import AddressPool
+from kuberl_testing.podrunner.localpod import Endpoint, PodSetupError
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import (
     MARKER_VARIABLE,
@@ -54,31 +38,6 @@ from kuberl_testing.process_tree import (
 
 STATUS_PORT = 8080
 TERMINAL_PHASES = ("Succeeded", "Failed")
-MAX_TERMINATION_MESSAGE = 4096
-LOG_FALLBACK_BYTES = 2048
-
-
-def _now() -> str:
-    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class AddressPool:
-    """Loopback addresses 127.0.X.2..254 for pods; a released address is reused last."""
-
-    def __init__(self, third_octet: int | None = None):
-        octet = third_octet if third_octet is not None else random.randint(20, 239)
-        if not 1 <= octet <= 254:
-            raise ValueError(f"third octet must be 1..254, not {octet}")
-        self._free = [f"127.0.{octet}.{n}" for n in range(2, 255)]
-
-    def acquire(self) -> str:
-        if not self._free:
-            raise RuntimeError("no loopback address left for another pod")
-        return self._free.pop(0)
-
-    def release(self, ip: str) -> None:
-        if ip not in self._free:
-            self._free.append(ip)
 
 
 @dataclass
@@ -255,7 +214,7 @@ class PodRunner:
                 self._write_status(pod, _terminated_status(pod, 128, "StandInUnsupported", exc.message))
             elif pod.waiting != (exc.reason, exc.message):
                 pod.waiting = (exc.reason, exc.message)
-                self._write_status(pod, _waiting_status(pod, exc.reason, exc.message))
+                self._write_status(pod, pod_status.waiting_status(pod.container, exc.reason, exc.message))
 
     def _start(self, pod: _Pod, body: dict[str, Any], pods: list[dict[str, Any]],
                services: list[dict[str, Any]]) -> None:
@@ -297,8 +256,8 @@ class PodRunner:
             pod.process = start_process(argv, env, cwd, pod.log_path)
         except OSError as exc:
             raise PodSetupError("StandInUnsupported", f"cannot start {argv[0]!r}: {exc}") from exc
-        pod.state, pod.started_at, pod.waiting = "running", _now(), None
-        self._write_status(pod, _running_status(pod))
+        pod.state, pod.started_at, pod.waiting = "running", pod_status.now(), None
+        self._write_status(pod, pod_status.running_status(pod.container, pod.process.pid, pod.ip, pod.started_at))
 
     def _namespace_data(self, namespace: str) -> tuple[dict[tuple[str, str], dict[str, str]],
                                                        dict[tuple[str, str], dict[str, str]]]:
@@ -396,7 +355,8 @@ class PodRunner:
         exit_code = code if code >= 0 else 128 - code
         stop_process_tree(pod.process, pod.marker)
         container = ((body.get("spec") or {}).get("containers") or [{}])[0]
-        message = _termination_message(pod, exit_code, container.get("terminationMessagePolicy", "File"))
+        message = pod_status.termination_message(pod.termination_path, pod.log_path, exit_code,
+                                                 container.get("terminationMessagePolicy", "File"))
         pod.state = "finished"
         self._release(pod)
         self._write_status(pod, _terminated_status(pod, exit_code, "Completed" if exit_code == 0 else "Error", message))
@@ -457,55 +417,6 @@ def _uid(body: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}/{meta.get('creationTimestamp')}")
 
 
-def _termination_message(pod: _Pod, exit_code: int, policy: str) -> str:
-    message = ""
-    if pod.termination_path is not None and pod.termination_path.exists():
-        message = pod.termination_path.read_bytes()[:MAX_TERMINATION_MESSAGE].decode(errors="replace")
-    if not message.strip() and exit_code != 0 and policy == "FallbackToLogsOnError" and pod.log_path is not None:
-        with open(pod.log_path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_FALLBACK_BYTES))
-            message = log.read().decode(errors="replace")
-    return message
-
-
-def _conditions(ready: bool) -> list[dict[str, Any]]:
-    now = _now()
-    flag = "True" if ready else "False"
-    return [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
-            {"type": "Ready", "status": flag, "lastTransitionTime": now}]
-
-
-def _container_status(name: str, state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
-    return {"name": name, "ready": ready, "started": ready, "restartCount": 0, "image": "", "imageID": "",
-            "state": state}
-
-
-def _waiting_status(pod: _Pod, reason: str, message: str) -> dict[str, Any]:
-    return {"phase": "Pending", "hostIP": "127.0.0.1", "conditions": _conditions(False),
-            "containerStatuses": [_container_status(pod.container, {"waiting": {"reason": reason,
-                                                                                      "message": message}},
-                                                    ready=False)]}
-
-
-def _running_status(pod: _Pod) -> dict[str, Any]:
-    assert pod.process is not None
-    state = {"running": {"startedAt": pod.started_at}}
-    status = _container_status(pod.container, state, ready=True)
-    status["containerID"] = f"standin://{pod.process.pid}"
-    return {"phase": "Running", "podIP": pod.ip, "podIPs": [{"ip": pod.ip}], "hostIP": "127.0.0.1",
-            "startTime": pod.started_at, "conditions": _conditions(True), "containerStatuses": [status]}
-
-
-def _terminated_status(pod: _Pod, exit_code: int, reason: str, message: str) -> dict[str, Any]:
-    terminated = {"exitCode": exit_code, "reason": reason, "message": message,
-                  "startedAt": pod.started_at or _now(), "finishedAt": _now()}
-    status = _container_status(pod.container, {"terminated": terminated}, ready=False)
-    return {"phase": "Succeeded" if exit_code == 0 else "Failed", "conditions": _conditions(False),
-            "containerStatuses": [status], **({"podIP": pod.ip, "podIPs": [{"ip": pod.ip}]} if pod.ip else {})}
-
-
 def api_client_from_kubeconfig(path: str | None = None) -> k8s.ApiClient:
     """An API client for the kubeconfig at `path` (or $KUBECONFIG)."""
     from kubernetes import config
@@ -515,23 +426,6 @@ def api_client_from_kubeconfig(path: str | None = None) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run the pods of a (stand-in) Kubernetes API as local processes")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG")
-    parser.add_argument("--work-dir", help="pod directories (logs, volumes); default: a temp dir")
-    parser.add_argument("--status-port", type=int, help="local port for every pod's :8080 (the trainer status)")
-    parser.add_argument("--third-octet", type=int, help="pod addresses are 127.0.X.N")
-    args = parser.parse_args(argv)
-    options = RunnerOptions(work_dir=Path(args.work_dir) if args.work_dir else None, third_octet=args.third_octet,
-                            fixed_ports={STATUS_PORT: args.status_port} if args.status_port else {})
-    runner = PodRunner(api_client_from_kubeconfig(args.kubeconfig), options).start()
-    print(f"pod runner: pods under {runner.work_dir}", flush=True)
-    stopped = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
-    stopped.wait()
-    runner.stop()
-
-
-if __name__ == "__main__":
-    main()
+def _terminated_status(pod: _Pod, exit_code: int, reason: str, message: str) -> dict[str, Any]:
+    return pod_status.terminated_status(pod.container, exit_code, reason, message, started_at=pod.started_at,
+                                        ip=pod.ip)
