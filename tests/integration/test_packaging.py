@@ -112,3 +112,14 @@ def test_the_images_build_context_holds_no_harness():
     assert allowed, "the .dockerignore is an allow-list"
     assert not allowed & HARNESS_FOLDERS, allowed
     assert not list((ROOT / "src").rglob("kuberl_testing")) and not (ROOT / "src" / "kuberl" / "testing").exists()
+
+
+@pytest.mark.parametrize("argv", [["operator", "--help"], ["--help"]])
+def test_the_command_line_imports_no_trainer_stack_for_the_operator(argv):
+    """An operator-only install (no torch, no Ray) runs `kuberl operator`: the CLI imports lazily."""
+    code = ("import sys, contextlib, io\nfrom kuberl import cli\n"
+            f"with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): cli.main({argv!r})\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray', 'gymnasium')"
+            " or m.startswith('kuberl.trainer')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
