@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from kuberl.trainer.models import Actor, NumpyMLP, state_dict_to_numpy
-from kuberl.trainer.ppo import PPOSamplingPolicy
+from kuberl.trainer.algorithms.ppo import PPOSamplingPolicy
+from kuberl.trainer.models.mlp import Actor, NumpyMLP, state_dict_to_numpy
 
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 

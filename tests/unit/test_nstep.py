@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl.trainer.nstep import (
+from kuberl.trainer.replay.nstep import (
     apex_epsilons,
     linear_schedule,
     nstep_transitions,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kuberl.trainer.replay import (
+from kuberl.trainer.replay.buffers import (
     MinTree,
     PrioritizedReplayBuffer,
     SumTree,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl.trainer.qlearning import QNetwork, QPolicy, local_priorities
-from kuberl.trainer.replay_shard import ReplayShard
+from kuberl.trainer.models.q_network import QNetwork, QPolicy, local_priorities
+from kuberl.trainer.replay.shard import ReplayShard
 
 
 def _transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:

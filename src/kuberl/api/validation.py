@@ -2,7 +2,7 @@
 
 Everything here is pure and light (pyyaml, pydantic): the operator and the CLI
 share it. Checks that need the trainer's libraries (does the env exist, does
-the algorithm support its action space) live in `kuberl.trainer.checks`.
+the algorithm support its action space) live in `kuberl.trainer.run.checks`.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.models import ACTIVATIONS, layer, obs_size, state_dict_to_numpy
-from kuberl.trainer.nstep import nstep_transitions, q_targets, weighted_huber_loss
-from kuberl.trainer.rollout import SampleBatch
+from kuberl.trainer.models.mlp import ACTIVATIONS, layer, obs_size, state_dict_to_numpy
+from kuberl.trainer.replay.nstep import nstep_transitions, q_targets, weighted_huber_loss
+from kuberl.trainer.sampling.rollout_worker import SampleBatch
 
 TRANSITION_KEYS = ("obs", "action", "reward", "next_obs", "discount")
 
@@ -107,7 +107,7 @@ class QPolicyFactory:
 
 
 def transitions_from_batch(batch: SampleBatch, *, gamma: float, n_step: int) -> dict[str, np.ndarray]:
-    """n-step transitions of a rollout batch, valid rows only (see `kuberl.trainer.nstep`)."""
+    """n-step transitions of a rollout batch, valid rows only (see `kuberl.trainer.replay.nstep`)."""
     data = batch.data
     out = nstep_transitions(
         data["obs"], data["actions"], data["rewards"], data["next_obs"], data["terminateds"], data["truncateds"],

@@ -6,7 +6,7 @@ import gymnasium as gym
 
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError
-from kuberl.trainer.envs import EnvNotFound, env_spaces
+from kuberl.trainer.sampling.envs import EnvNotFound, env_spaces
 
 # The action spaces each algorithm can act in.
 ACTION_SPACES: dict[str, tuple[type[gym.Space], ...]] = {

@@ -151,7 +151,7 @@ def _write_termination_log(summary: Summary) -> None:
 def _connect_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
     import ray
 
-    from kuberl.trainer.ray_runtime import init_ray
+    from kuberl.trainer.distributed.ray_runtime import init_ray
 
     init_ray(os.environ.get("RAY_ADDRESS") or "auto")
     deadline = time.monotonic() + wait_seconds
@@ -199,7 +199,7 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
     if port is None and options.in_cluster:
         port = int(os.environ.get("KUBERL_STATUS_PORT", DEFAULT_STATUS_PORT))
     if port:
-        from kuberl.trainer.status_server import start_status_server
+        from kuberl.trainer.run.status_server import start_status_server
 
         default_host = "0.0.0.0" if options.in_cluster else "127.0.0.1"
         server = start_status_server(status, port, host=os.environ.get("KUBERL_STATUS_HOST", default_host))
@@ -228,7 +228,7 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
 
 
 def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, out: TextIO) -> Summary:
-    from kuberl.trainer.checks import env_errors
+    from kuberl.trainer.run.checks import env_errors
 
     errors = env_errors(experiment)
     if errors:
@@ -242,13 +242,13 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
         _connect_cluster(expected, options.node_wait_seconds, out)
 
-    from kuberl.trainer.config import algorithm_config_for
+    from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
 
     algo = algorithm_config_for(experiment).build()
     termination = _Termination()
     writers: dict[str, Any] = {}
-    from kuberl.trainer import metrics
+    from kuberl.trainer.run import metrics
 
     def on_written(info) -> None:
         metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
@@ -300,7 +300,7 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
 
 
 def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, run_uri) -> Summary:
-    from kuberl.trainer import metrics
+    from kuberl.trainer.run import metrics
 
     spec = experiment.spec
     every = spec.checkpoint.every_iterations

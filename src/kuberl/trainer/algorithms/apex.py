@@ -5,7 +5,7 @@ never wait for each other.
   eps_i = base ** (1 + exponent * i / (N - 1)), compute n-step transitions and their initial
   priorities from their own TD errors, and add them straight to a replay shard (round robin).
   Between fragments they ask the learner for newer weights without waiting for the answer.
-- Replay shards (`kuberl.trainer.replay_shard`) hold the prioritized replay memory.
+- Replay shards (`kuberl.trainer.replay.shard`) hold the prioritized replay memory.
 - The learner (a Ray actor where the GPU is, or beside the driver) keeps `prefetch` sample
   requests outstanding per shard, runs double DQN with importance weights, sends new
   priorities back and publishes weights through the object store every K updates.
@@ -29,12 +29,11 @@ import numpy as np
 import torch
 
 from kuberl.api.hyperparams import ApexDQNParams
-from kuberl.trainer.algorithm import RETURN_WINDOW, Algorithm
-from kuberl.trainer.config import AlgorithmConfig
-from kuberl.trainer.device import learner_device
-from kuberl.trainer.filters import RunningStats
-from kuberl.trainer.nstep import apex_epsilons, linear_schedule
-from kuberl.trainer.qlearning import (
+from kuberl.trainer.algorithms.base import RETURN_WINDOW, Algorithm
+from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.learning.device import learner_device
+from kuberl.trainer.models.q_network import (
     TRANSITION_KEYS,
     QLearner,
     QPolicyFactory,
@@ -43,10 +42,11 @@ from kuberl.trainer.qlearning import (
     local_priorities,
     transitions_from_batch,
 )
-from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
-from kuberl.trainer.replay import split_capacity
-from kuberl.trainer.replay_shard import start_replay_shard
-from kuberl.trainer.rollout import PolicyFactory, RolloutWorker, WorkerConfig
+from kuberl.trainer.replay.buffers import split_capacity
+from kuberl.trainer.replay.nstep import apex_epsilons, linear_schedule
+from kuberl.trainer.replay.shard import start_replay_shard
+from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -375,7 +375,7 @@ class ApexDQN(Algorithm):
     def setup(self) -> None:
         import ray
 
-        from kuberl.trainer.ray_runtime import init_ray
+        from kuberl.trainer.distributed.ray_runtime import init_ray
 
         init_ray()
         torch.set_num_threads(1)

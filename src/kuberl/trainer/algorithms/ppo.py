@@ -22,12 +22,12 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import PPOParams
-from kuberl.trainer.advantages import compute_gae
-from kuberl.trainer.algorithm import Algorithm, torch_bytes, torch_load_bytes
-from kuberl.trainer.config import AlgorithmConfig
-from kuberl.trainer.filters import RunningStats, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.models import ActorCritic, NumpyMLP, state_dict_to_numpy
-from kuberl.trainer.rollout import SampleBatch, WorkerSet
+from kuberl.trainer.algorithms.base import Algorithm, torch_bytes, torch_load_bytes
+from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.learning.gae import compute_gae
+from kuberl.trainer.models.mlp import ActorCritic, NumpyMLP, state_dict_to_numpy
+from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerSet
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
-from kuberl.trainer.replay import Batch, make_replay_buffer
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 
 
 class ReplayShard:

@@ -26,9 +26,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.envs import autoreset_mode, make_vector_env
-from kuberl.trainer.filters import RunningStats, make_filter
-from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.sampling.envs import autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.filters import RunningStats, make_filter
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class WorkerSet:
         if num_workers == 0:
             self.local_worker = RolloutWorker(config, policy_factory, worker_index=0)
         else:
-            from kuberl.trainer.ray_runtime import init_ray
+            from kuberl.trainer.distributed.ray_runtime import init_ray
 
             init_ray()
             self.actors = [self._new_actor(i + 1) for i in range(num_workers)]

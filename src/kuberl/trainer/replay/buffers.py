@@ -1,7 +1,7 @@
 """Replay buffers over preallocated numpy arrays: proportional prioritized (sum-tree) and uniform.
 
 Both buffers store any dict of arrays that share a leading batch dimension (the
-n-step transitions of `kuberl.trainer.nstep`), and share one API:
+n-step transitions of `kuberl.trainer.replay.nstep`), and share one API:
 
     buffer.add(batch, priorities=None)
     sample = buffer.sample(batch_size, beta=...)   # dict: the fields, plus "ids" and "weights"

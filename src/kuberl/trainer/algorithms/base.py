@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from kuberl.trainer.device import configure_cpu_threads, learner_device
-from kuberl.trainer.envs import env_spaces, make_env
-from kuberl.trainer.filters import make_filter, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.rollout import SampleBatch, WorkerConfig, WorkerSet
+from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
+from kuberl.trainer.sampling.envs import env_spaces, make_env
+from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerSet
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
     from kuberl.api.types import RLExperiment
-    from kuberl.trainer.config import AlgorithmConfig
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
 
 RETURN_WINDOW = 100
 COUNTERS_FILE = "counters.json"

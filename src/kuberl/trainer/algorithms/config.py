@@ -21,15 +21,15 @@ from pydantic.alias_generators import to_camel
 from kuberl.api.hyperparams import HYPERPARAMS, CommonParams
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 from kuberl.api.validation import FieldError, ManifestError, hyperparams_for, load_manifest, validate_document
-from kuberl.trainer.callbacks import Callbacks, EpisodeHook, ResultHook
+from kuberl.trainer.run.callbacks import Callbacks, EpisodeHook, ResultHook
 
 if TYPE_CHECKING:
-    from kuberl.trainer.algorithm import Algorithm
+    from kuberl.trainer.algorithms.base import Algorithm
 
 CONFIG_CLASSES = {
-    "ppo": "kuberl.trainer.ppo:PPOConfig",
-    "dqn": "kuberl.trainer.dqn:DQNConfig",
-    "apex-dqn": "kuberl.trainer.apex:ApexDQNConfig",
+    "ppo": "kuberl.trainer.algorithms.ppo:PPOConfig",
+    "dqn": "kuberl.trainer.algorithms.dqn:DQNConfig",
+    "apex-dqn": "kuberl.trainer.algorithms.apex:ApexDQNConfig",
 }
 
 
@@ -133,7 +133,7 @@ class AlgorithmConfig:
         """The validated experiment; raises ManifestError naming every bad field."""
         if self._experiment is not None:
             return self._experiment
-        from kuberl.trainer.checks import env_errors
+        from kuberl.trainer.run.checks import env_errors
 
         doc = self.to_document()
         try:

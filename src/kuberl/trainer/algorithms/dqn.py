@@ -4,7 +4,7 @@ Each iteration: set the workers' epsilon from the schedule, sample one fragment 
 worker, turn it into n-step transitions, add them to replay (new transitions get the largest
 priority seen), then run `replay_ratio` learner updates per env step once `learning_starts`
 env steps are in: double DQN with a target network, importance-weighted Huber loss, new
-priorities back to the buffer. The Q-learning pieces live in `kuberl.trainer.qlearning`.
+priorities back to the buffer. The Q-learning pieces live in `kuberl.trainer.models.q_network`.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import numpy as np
 import torch
 
 from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.algorithm import Algorithm
-from kuberl.trainer.config import AlgorithmConfig
-from kuberl.trainer.nstep import linear_schedule
-from kuberl.trainer.qlearning import (
+from kuberl.trainer.algorithms.base import Algorithm
+from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.models.q_network import (
     TRANSITION_KEYS,
     QLearner,
     QPolicyFactory,
     build_q_network,
     transitions_from_batch,
 )
-from kuberl.trainer.replay import make_replay_buffer
-from kuberl.trainer.rollout import WorkerSet
+from kuberl.trainer.replay.buffers import make_replay_buffer
+from kuberl.trainer.replay.nstep import linear_schedule
+from kuberl.trainer.sampling.rollout_worker import WorkerSet
 
 SCHEDULE_FILE = "dqn_schedule.json"
 
