@@ -6,14 +6,13 @@ import numpy as np
 import pytest
 
 from kuberl.trainer.replay.buffers import (
-    MinTree,
     PrioritizedReplayBuffer,
-    SumTree,
     UniformReplayBuffer,
     importance_weights,
     make_replay_buffer,
     split_capacity,
 )
+from kuberl.trainer.replay.segment_tree import MinTree, SumTree
 
 
 def _batch(start: int, n: int) -> dict[str, np.ndarray]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import torch
 
 
@@ -32,3 +33,13 @@ def configure_cpu_threads() -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """numpy -> torch on `device`; on a GPU through pinned memory with non-blocking copies."""
+    # Arrays from Ray's object store are read-only views; torch wants memory it may write.
+    tensors = {k: torch.from_numpy(v if v.flags.writeable and v.flags.c_contiguous else np.array(v))
+               for k, v in batch.items()}
+    if device.type == "cpu":
+        return tensors
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}

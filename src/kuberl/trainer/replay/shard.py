@@ -42,11 +42,6 @@ class ReplayShard:
     def stats(self) -> dict[str, Any]:
         return self.buffer.stats()
 
-    def node_id(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
 
 def start_replay_shard(index: int, capacity: int, **buffer_options: Any) -> Any:
     """A ReplayShard actor; num_cpus=0 so shards fit on any node, beside busier actors."""

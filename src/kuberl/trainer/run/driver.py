@@ -148,26 +148,6 @@ def _write_termination_log(summary: Summary) -> None:
         print(f"warning: cannot write termination log {path}: {exc}", file=sys.stderr)
 
 
-def _connect_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
-    import ray
-
-    from kuberl.trainer.distributed.ray_runtime import init_ray
-
-    init_ray(os.environ.get("RAY_ADDRESS") or "auto")
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        alive = sum(1 for node in ray.nodes() if node.get("Alive"))
-        if alive >= expected_nodes:
-            print(f"ray cluster ready: {alive}/{expected_nodes} nodes", file=out, flush=True)
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"only {alive} of {expected_nodes} Ray nodes joined within {wait_seconds:.0f}s; "
-                "check the worker pods (kubectl get pods -l kuberl.io/role=worker)"
-            )
-        time.sleep(1.0)
-
-
 def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     """The run's store, creating a fresh run directory when asked. Raises StorageError, ManifestError."""
     from kuberl.trainer.storage import open_store
@@ -240,7 +220,9 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
 
     if options.in_cluster:
         expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
-        _connect_cluster(expected, options.node_wait_seconds, out)
+        from kuberl.trainer.distributed.ray_runtime import join_cluster
+
+        join_cluster(expected, options.node_wait_seconds, out)
 
     from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
