@@ -18,13 +18,18 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from kuberl.api.types import RLExperiment, StopSpec
 from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
+
+if TYPE_CHECKING:
+    from kuberl.trainer.algorithms.base import Algorithm
+    from kuberl.trainer.storage.checkpoints import CheckpointWriter
+    from kuberl.trainer.storage.run import RunStorage
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -257,7 +262,8 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
               flush=True)
         status.update(phase="Running")
         termination.install()
-        return _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, store.uri)
+        return _loop(experiment=experiment, options=options, algo=algo, run=run, checkpoints=checkpoints,
+                     spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri)
     finally:
         termination.restore()
         for writer in writers.values():
@@ -281,7 +287,10 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
     return sink
 
 
-def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, run_uri) -> Summary:
+def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, run: RunStorage,
+          checkpoints: CheckpointWriter, spec_text: str, status: LiveStatus, termination: _Termination, out: TextIO,
+          run_uri: str) -> Summary:
+    """Train until a stop criterion or a signal, checkpointing on the way; then the final checkpoint."""
     from kuberl.trainer.run import metrics
 
     spec = experiment.spec
@@ -337,7 +346,7 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
     return summary
 
 
-def _state(algo, spec_text: str) -> dict[str, bytes]:
+def _state(algo: Algorithm, spec_text: str) -> dict[str, bytes]:
     files = dict(algo.get_state())
     files["experiment.yaml"] = spec_text.encode()
     return files
