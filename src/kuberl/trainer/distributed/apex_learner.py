@@ -83,6 +83,9 @@ class ApexLearner:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=30)
+        with self.lock:
+            # Publish the updates since the last broadcast: a stopped algorithm acts with the model it saves.
+            self._publish()
 
     def latest_weights(self, known_version: int) -> tuple[int, list[Any]]:
         """(version, [weights ref]) when newer than `known_version`, else (version, [])."""
