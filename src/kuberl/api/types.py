@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kuberl.api.algorithms import ALGORITHM_NAMES, REGISTRY
+from kuberl.api.algorithms import ALGORITHM_NAMES
 from kuberl.api.base import StrictModel
 
 GROUP = "kuberl.io"
@@ -23,8 +23,6 @@ PLURAL = "rlexperiments"
 SINGULAR = "rlexperiment"
 SHORT_NAMES = ["rlx"]
 
-ALGORITHMS = ALGORITHM_NAMES
-OFF_POLICY_ALGORITHMS = tuple(name for name, entry in REGISTRY.items() if entry.off_policy)
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
 Phase = Literal["Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
