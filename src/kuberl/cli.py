@@ -59,7 +59,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     experiment = _load(args)
     errors = []
     if not args.skip_env_checks:
-        from kuberl.trainer.checks import env_errors
+        from kuberl.trainer.run.checks import env_errors
 
         errors.extend(env_errors(experiment))
     if args.cluster:
@@ -71,7 +71,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from kuberl.trainer.driver import TrainOptions, run_training
+    from kuberl.trainer.run.driver import TrainOptions, run_training
 
     experiment = _load(args)
     options = TrainOptions(
@@ -86,7 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from kuberl.trainer.evaluate import evaluate_checkpoint
+    from kuberl.trainer.run.evaluate import evaluate_checkpoint
 
     report = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, endpoint=args.endpoint, seed=args.seed)
     print(report)
@@ -94,7 +94,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from kuberl.trainer.traces_report import report
+    from kuberl.trainer.run.traces_report import report
 
     print(report(args.uri, endpoint=args.endpoint, png_path=args.png))
     return 0

@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 
 from kuberl.api.types import StopSpec
-from kuberl.trainer import metrics
-from kuberl.trainer.driver import (
+from kuberl.trainer.run import metrics
+from kuberl.trainer.run.driver import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_OK,
@@ -20,7 +20,7 @@ from kuberl.trainer.driver import (
     progress_line,
     stop_reason,
 )
-from kuberl.trainer.status_server import start_status_server
+from kuberl.trainer.run.status_server import start_status_server
 
 RESULT = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
           "envStepsPerSecond": 40960.0, "episodes": 90}

@@ -18,20 +18,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pydantic.alias_generators import to_camel
 
-from kuberl.api.hyperparams import HYPERPARAMS, CommonParams
+from kuberl.api.algorithms import REGISTRY
+from kuberl.api.hyperparams import CommonParams
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 from kuberl.api.validation import FieldError, ManifestError, hyperparams_for, load_manifest, validate_document
-from kuberl.trainer.callbacks import Callbacks, EpisodeHook, ResultHook
+from kuberl.trainer.run.callbacks import Callbacks, EpisodeHook, ResultHook
 
 if TYPE_CHECKING:
-    from kuberl.trainer.algorithm import Algorithm
-
-CONFIG_CLASSES = {
-    "ppo": "kuberl.trainer.ppo:PPOConfig",
-    "dqn": "kuberl.trainer.dqn:DQNConfig",
-    "apex-dqn": "kuberl.trainer.apex:ApexDQNConfig",
-}
-
+    from kuberl.trainer.algorithms.base import Algorithm
 
 def _camel(values: dict[str, Any]) -> dict[str, Any]:
     return {to_camel(k): v for k, v in values.items() if v is not None}
@@ -133,7 +127,7 @@ class AlgorithmConfig:
         """The validated experiment; raises ManifestError naming every bad field."""
         if self._experiment is not None:
             return self._experiment
-        from kuberl.trainer.checks import env_errors
+        from kuberl.trainer.run.checks import env_errors
 
         doc = self.to_document()
         try:
@@ -195,9 +189,10 @@ class AlgorithmConfig:
 
 
 def config_class_for(algorithm: str) -> type[AlgorithmConfig]:
-    if algorithm not in CONFIG_CLASSES:
-        raise ManifestError([FieldError("spec.algorithm", f"must be one of {sorted(HYPERPARAMS)}")])
-    module_name, _, class_name = CONFIG_CLASSES[algorithm].partition(":")
+    """The AlgorithmConfig subclass the registry names for `algorithm`, imported on first use."""
+    if algorithm not in REGISTRY:
+        raise ManifestError([FieldError("spec.algorithm", f"must be one of {sorted(REGISTRY)}")])
+    module_name, _, class_name = REGISTRY[algorithm].config_class.partition(":")
     return getattr(importlib.import_module(module_name), class_name)
 
 

@@ -16,18 +16,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from kuberl.api.hyperparams import PPOParams
-from kuberl.trainer.advantages import compute_gae
-from kuberl.trainer.algorithm import Algorithm, torch_bytes, torch_load_bytes
-from kuberl.trainer.config import AlgorithmConfig
-from kuberl.trainer.filters import RunningStats, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.models import ActorCritic, NumpyMLP, state_dict_to_numpy
-from kuberl.trainer.rollout import SampleBatch, WorkerSet
+from kuberl.trainer.algorithms.base import Algorithm
+from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.learning.gae import compute_gae
+from kuberl.trainer.models.actor_critic import ActorCritic
+from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
+from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.policies import PPOSamplingPolicy
+from kuberl.trainer.sampling.rollout_worker import SampleBatch
+from kuberl.trainer.sampling.worker_set import WorkerSet
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -39,41 +41,6 @@ class PPOConfig(AlgorithmConfig):
 
     def algorithm_class(self) -> type[PPO]:
         return PPO
-
-
-class PPOSamplingPolicy:
-    """The actor in numpy, for rollout workers: samples actions and returns their log-probabilities."""
-
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *,
-                 hidden: tuple[int, ...], activation: str):
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.net = NumpyMLP(activation)
-        self.log_std: np.ndarray | None = None
-        self.rng = np.random.default_rng(seed)
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        self.net.load(weights, prefix="net.")
-        if not self.discrete:
-            self.log_std = weights["log_std"].astype(np.float32)
-
-    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        out = self.net(obs)
-        if self.discrete:
-            logits = out - out.max(axis=1, keepdims=True)
-            log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-            if explore:
-                # Gumbel-max: one vectorised draw from each row's categorical distribution.
-                actions = (log_probs - np.log(-np.log(self.rng.random(log_probs.shape)))).argmax(axis=1)
-            else:
-                actions = log_probs.argmax(axis=1)
-            logp = log_probs[np.arange(len(actions)), actions]
-            return actions.astype(np.int64), {"logp": logp.astype(np.float32)}
-        assert self.log_std is not None
-        std = np.exp(self.log_std)
-        noise = self.rng.standard_normal(out.shape).astype(np.float32) if explore else np.zeros_like(out)
-        actions = out + std * noise
-        logp = (-0.5 * noise**2 - self.log_std - 0.5 * np.log(2 * np.pi)).sum(axis=1)
-        return actions.astype(np.float32), {"logp": logp.astype(np.float32)}
 
 
 @dataclass
@@ -146,7 +113,7 @@ class PPO(Algorithm):
         if p.anneal_lr and self.spec.stop.timesteps is None:
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
                           RuntimeWarning, stacklevel=2)
-        policy_factory = partial(PPOSamplingPolicy, hidden=tuple(p.hidden), activation=p.activation)
+        policy_factory = partial(PPOSamplingPolicy, activation=p.activation)
         self.workers = WorkerSet(self.worker_config(), policy_factory, self.spec.rollouts.workers)
         self.sync_weights()
 
@@ -270,4 +237,4 @@ class PPO(Algorithm):
             self.optimizer.load_state_dict(torch_load_bytes(files[OPTIMIZER_FILE], self.device))
 
 
-__all__ = ["PPO", "PPOConfig", "PPOSamplingPolicy", "ppo_loss"]
+__all__ = ["PPO", "PPOConfig", "ppo_loss"]

@@ -1,19 +1,25 @@
-"""The math of off-policy Q-learning: n-step transitions, double-DQN targets, the weighted Huber loss,
-and exploration schedules. Pure functions (numpy in, numpy out; torch in, torch out).
+"""n-step transitions, the rows replay memory holds, from rollout fragments (pure numpy).
 
 A transition here is (obs, action, reward, next_obs, discount) where `reward` is the discounted
 sum of up to n rewards, `next_obs` is the observation to bootstrap from and `discount` is
 gamma^m for an m-step transition, or 0 when the episode terminated within those m steps. The
-TD target is then simply reward + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)).
+TD target is then simply reward + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a))
+(see `kuberl.trainer.algorithms.dqn`).
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
-Batch = dict[str, np.ndarray]
+import numpy as np
+
+from kuberl.trainer.replay.buffers import Batch
+
+if TYPE_CHECKING:
+    from kuberl.trainer.sampling.policies import QPolicy
+    from kuberl.trainer.sampling.rollout_worker import SampleBatch
+
+TRANSITION_KEYS = ("obs", "action", "reward", "next_obs", "discount")
 
 
 def nstep_transitions(
@@ -70,38 +76,24 @@ def _flatten(x: np.ndarray) -> np.ndarray:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def q_targets(
-    reward: torch.Tensor,
-    discount: torch.Tensor,
-    next_q_target: torch.Tensor,
-    next_q_online: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """reward + discount * Q_target(s', a*): double DQN picks a* with the online net, plain DQN with the target."""
-    chooser = next_q_online if next_q_online is not None else next_q_target
-    best = chooser.argmax(dim=1, keepdim=True)
-    return reward + discount * next_q_target.gather(1, best).squeeze(1)
+def transitions_from_batch(batch: SampleBatch, *, gamma: float, n_step: int) -> Batch:
+    """n-step transitions of a rollout batch, valid rows only."""
+    data = batch.data
+    out = nstep_transitions(
+        data["obs"], data["actions"], data["rewards"], data["next_obs"], data["terminateds"], data["truncateds"],
+        gamma=gamma, n=n_step,
+    )
+    valid = data["valid"].reshape(-1)
+    out = {k: v[valid] for k, v in out.items()}
+    out["obs"] = out["obs"].astype(np.float32, copy=False)
+    out["next_obs"] = out["next_obs"].astype(np.float32, copy=False)
+    if "q_taken" in data:
+        out["q_taken"] = data["q_taken"].reshape(-1)[valid]
+    return out
 
 
-def weighted_huber_loss(
-    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, td_errors): the importance-weighted mean Huber loss (delta 1) and the raw TD errors."""
-    td_errors = targets - q_taken
-    per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
-    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
-    return loss, td_errors.detach()
-
-
-def linear_schedule(step: int | float, start: float, end: float, duration: int) -> float:
-    """Linear interpolation from start to end over `duration` steps, then end."""
-    fraction = min(1.0, max(0.0, float(step) / max(1, duration)))
-    return start + fraction * (end - start)
-
-
-def apex_epsilons(workers: int, base: float = 0.4, exponent: float = 7.0) -> list[float]:
-    """Ape-X per-worker exploration: eps_i = base ** (1 + exponent * i / (N - 1)); one worker gets base."""
-    if workers < 1:
-        return []
-    if workers == 1:
-        return [base]
-    return [base ** (1 + exponent * i / (workers - 1)) for i in range(workers)]
+def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
+    """|n-step TD error| under the worker's own network (Ape-X: actors prioritise what they add)."""
+    next_q = policy.q_values(transitions["next_obs"]).max(axis=1)
+    target = transitions["reward"] + transitions["discount"] * next_q
+    return np.abs(target - transitions["q_taken"]).astype(np.float32)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError
-from kuberl.trainer.envs import EnvNotFound, env_spaces
+from kuberl.trainer.sampling.envs import EnvNotFound, env_spaces
 
-# The action spaces each algorithm can act in.
-ACTION_SPACES: dict[str, tuple[type[gym.Space], ...]] = {
-    "ppo": (gym.spaces.Discrete, gym.spaces.Box),
-    "dqn": (gym.spaces.Discrete,),
-    "apex-dqn": (gym.spaces.Discrete,),
-}
+
+def _space_classes(names: tuple[str, ...]) -> tuple[type[gym.Space], ...]:
+    return tuple(getattr(gym.spaces, name) for name in names)
 
 
 def _space_name(space: gym.Space) -> str:
@@ -33,23 +31,24 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
         return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: {type(exc).__name__}: {exc}")]
     except SystemExit as exc:  # an env module that exits on import must not end the trainer with its code
         return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: it called sys.exit({exc.code!r})")]
+    entry = REGISTRY[spec.algorithm]
     errors: list[FieldError] = []
-    supported = ACTION_SPACES[spec.algorithm]
-    if not isinstance(spaces.action_space, supported):
-        names = " or ".join(s.__name__ for s in supported)
+    if not isinstance(spaces.action_space, _space_classes(entry.action_spaces)):
+        continuous = [name for name, other in REGISTRY.items() if "Box" in other.action_spaces]
+        hint = f" (use {' or '.join(continuous)} for continuous actions)" if "Box" not in entry.action_spaces else ""
         errors.append(
             FieldError(
                 "spec.env.id",
                 f"{spec.env.id!r} has a {_space_name(spaces.action_space)} action space; "
-                f"{spec.algorithm} needs {names} actions" + (" (use ppo for continuous actions)" if spec.algorithm != "ppo" else ""),
+                f"{spec.algorithm} needs {' or '.join(entry.action_spaces)} actions" + hint,
             )
         )
-    if not isinstance(spaces.observation_space, gym.spaces.Box):
+    if not isinstance(spaces.observation_space, _space_classes(entry.observation_spaces)):
         errors.append(
             FieldError(
                 "spec.env.id",
                 f"{spec.env.id!r} has a {_space_name(spaces.observation_space)} observation space; "
-                "kuberl needs Box observations",
+                f"kuberl needs {' or '.join(entry.observation_spaces)} observations",
             )
         )
     return errors

@@ -8,7 +8,6 @@ callbacks, the master observation filter, seeds, checkpoints and evaluation.
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import time
@@ -19,15 +18,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from kuberl.trainer.device import configure_cpu_threads, learner_device
-from kuberl.trainer.envs import env_spaces, make_env
-from kuberl.trainer.filters import make_filter, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.rollout import SampleBatch, WorkerConfig, WorkerSet
+from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
+from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
+from kuberl.trainer.sampling.envs import env_spaces, make_env
+from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
     from kuberl.api.types import RLExperiment
-    from kuberl.trainer.config import AlgorithmConfig
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+    from kuberl.trainer.sampling.worker_set import WorkerSet
 
 RETURN_WINDOW = 100
 COUNTERS_FILE = "counters.json"
@@ -42,16 +43,6 @@ def seed_everything(seed: int | None) -> np.random.Generator:
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
     return np.random.default_rng(seed)
-
-
-def torch_bytes(obj: Any) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
-
-
-def torch_load_bytes(data: bytes, device: torch.device | str = "cpu") -> Any:
-    return torch.load(io.BytesIO(data), map_location=device, weights_only=True)
 
 
 class Algorithm:

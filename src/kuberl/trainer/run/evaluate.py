@@ -7,7 +7,7 @@ from kuberl.api.validation import fail, load_manifest
 
 def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = None, seed: int | None = None) -> str:
     """Load the checkpoint (a run root or one checkpoint directory), play `episodes`, and describe the returns."""
-    from kuberl.trainer.config import algorithm_config_for
+    from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import load_checkpoint
 
     if episodes < 1:

@@ -1,8 +1,7 @@
 """Rollout workers: step a vector of envs with one batched policy call per step.
 
-A `RolloutWorker` is plain Python; `WorkerSet` runs it in-process
-(`rollouts.workers: 0`, the fast path) or as N Ray actors that sample in
-parallel, get weights through the object store, and are replaced when they die.
+A `RolloutWorker` is plain Python; `kuberl.trainer.sampling.worker_set.WorkerSet`
+runs it in-process (`rollouts.workers: 0`, the fast path) or as N Ray actors.
 Workers know nothing about any algorithm: they take a `Policy` built by a
 picklable factory (PPO's samples with log-probs, DQN's with epsilon-greedy).
 
@@ -15,8 +14,6 @@ policy's extras (PPO: logp).
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,11 +23,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.envs import autoreset_mode, make_vector_env
-from kuberl.trainer.filters import RunningStats, make_filter
-from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
-
-log = logging.getLogger(__name__)
+from kuberl.trainer.sampling.envs import autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.filters import RunningStats, make_filter
 
 
 class Policy(Protocol):
@@ -68,11 +62,6 @@ class SampleBatch:
     policy_version: int
     filter_delta: RunningStats | None = None
     sample_seconds: float = 0.0
-
-    def flat(self, keys: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Valid rows only, [T, N, ...] flattened to [rows, ...]."""
-        valid = self.data["valid"].reshape(-1)
-        return {k: v.reshape(-1, *v.shape[2:])[valid] for k, v in self.data.items() if keys is None or k in keys}
 
 
 def worker_seed(seed: int | None, worker_index: int) -> int | None:
@@ -219,125 +208,3 @@ class RolloutWorker:
 
     def stop(self) -> None:
         self.env.close()
-
-
-def _actor_died_errors() -> tuple[type[BaseException], ...]:
-    import ray.exceptions as rex
-
-    return tuple(
-        getattr(rex, name) for name in ("RayActorError", "ActorDiedError", "ActorUnavailableError") if hasattr(rex, name)
-    )
-
-
-class WorkerSet:
-    """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel."""
-
-    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
-                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
-        self.config = config
-        self.policy_factory = policy_factory
-        self.num_workers = num_workers
-        self.num_cpus_per_worker = num_cpus_per_worker
-        self.max_sample_attempts = max_sample_attempts
-        self.restarts = 0
-        self.local_worker: RolloutWorker | None = None
-        self.actors: list[Any] = []
-        self._weights: tuple[Any, int] | None = None  # (object ref or weights, version) for replacements
-        self._filter_state: RunningStats | None = None
-        self._policy_settings: dict[str, Any] = {}
-        if num_workers == 0:
-            self.local_worker = RolloutWorker(config, policy_factory, worker_index=0)
-        else:
-            from kuberl.trainer.ray_runtime import init_ray
-
-            init_ray()
-            self.actors = [self._new_actor(i + 1) for i in range(num_workers)]
-
-    def _new_actor(self, worker_index: int) -> Any:
-        import ray
-
-        actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
-                                                        **ACTOR_OPTIONS)
-        return actor_class.remote(self.config, self.policy_factory, worker_index)
-
-    def replace(self, position: int) -> None:
-        """Start a fresh actor in place of a dead one and bring it up to date."""
-        import ray
-
-        old = self.actors[position]
-        with contextlib.suppress(Exception):  # it may be gone already
-            ray.kill(old, no_restart=True)
-        actor = self._new_actor(position + 1)
-        if self._weights is not None:
-            actor.set_weights.remote(*self._weights)
-        if self._filter_state is not None:
-            actor.set_filter.remote(self._filter_state)
-        if self._policy_settings:
-            actor.configure_policy.remote(**self._policy_settings)
-        self.actors[position] = actor
-        self.restarts += 1
-        log.warning("rollout worker %d died; replaced it (%d replacements so far)", position + 1, self.restarts)
-
-    def sample(self) -> list[SampleBatch]:
-        """One batch from every worker that answers; dead workers are replaced and the others' batches kept."""
-        if self.local_worker is not None:
-            return [self.local_worker.sample()]
-        import ray
-
-        died = _actor_died_errors()
-        for _ in range(self.max_sample_attempts):
-            refs = [actor.sample.remote() for actor in self.actors]
-            batches: list[SampleBatch] = []
-            for position, ref in enumerate(refs):
-                try:
-                    batches.append(ray.get(ref))
-                except died:
-                    self.replace(position)
-            if batches:
-                return batches
-        raise RuntimeError(f"every rollout worker died {self.max_sample_attempts} times in a row")
-
-    def sample_refs(self) -> list[tuple[int, Any]]:
-        """Start one `sample()` on every actor; (position, object ref) pairs, for callers that gather themselves."""
-        return [(position, actor.sample.remote()) for position, actor in enumerate(self.actors)]
-
-    def sync_weights(self, weights: Any, policy_version: int) -> None:
-        if self.local_worker is not None:
-            self.local_worker.set_weights(weights, policy_version)
-            return
-        import ray
-
-        ref = ray.put(weights)
-        self._weights = (ref, policy_version)
-        for actor in self.actors:
-            actor.set_weights.remote(ref, policy_version)
-
-    def sync_filter(self, state: RunningStats | None) -> None:
-        if state is None:
-            return
-        if self.local_worker is not None:
-            self.local_worker.set_filter(state)
-            return
-        self._filter_state = state
-        for actor in self.actors:
-            actor.set_filter.remote(state)
-
-    def configure_policies(self, **settings: Any) -> None:
-        self._policy_settings.update(settings)
-        if self.local_worker is not None:
-            self.local_worker.configure_policy(**settings)
-            return
-        for actor in self.actors:
-            actor.configure_policy.remote(**settings)
-
-    def stop(self) -> None:
-        if self.local_worker is not None:
-            self.local_worker.stop()
-            self.local_worker = None
-        if self.actors:
-            import ray
-
-            for actor in self.actors:
-                with contextlib.suppress(Exception):  # it may be gone already
-                    ray.kill(actor, no_restart=True)
-            self.actors = []

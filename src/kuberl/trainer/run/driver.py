@@ -18,13 +18,18 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from kuberl.api.types import RLExperiment, StopSpec
 from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
+
+if TYPE_CHECKING:
+    from kuberl.trainer.algorithms.base import Algorithm
+    from kuberl.trainer.storage.checkpoints import CheckpointWriter
+    from kuberl.trainer.storage.run import RunStorage
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -148,26 +153,6 @@ def _write_termination_log(summary: Summary) -> None:
         print(f"warning: cannot write termination log {path}: {exc}", file=sys.stderr)
 
 
-def _connect_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
-    import ray
-
-    from kuberl.trainer.ray_runtime import init_ray
-
-    init_ray(os.environ.get("RAY_ADDRESS") or "auto")
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        alive = sum(1 for node in ray.nodes() if node.get("Alive"))
-        if alive >= expected_nodes:
-            print(f"ray cluster ready: {alive}/{expected_nodes} nodes", file=out, flush=True)
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"only {alive} of {expected_nodes} Ray nodes joined within {wait_seconds:.0f}s; "
-                "check the worker pods (kubectl get pods -l kuberl.io/role=worker)"
-            )
-        time.sleep(1.0)
-
-
 def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     """The run's store, creating a fresh run directory when asked. Raises StorageError, ManifestError."""
     from kuberl.trainer.storage import open_store
@@ -199,7 +184,7 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
     if port is None and options.in_cluster:
         port = int(os.environ.get("KUBERL_STATUS_PORT", DEFAULT_STATUS_PORT))
     if port:
-        from kuberl.trainer.status_server import start_status_server
+        from kuberl.trainer.run.status_server import start_status_server
 
         default_host = "0.0.0.0" if options.in_cluster else "127.0.0.1"
         server = start_status_server(status, port, host=os.environ.get("KUBERL_STATUS_HOST", default_host))
@@ -228,7 +213,7 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
 
 
 def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, out: TextIO) -> Summary:
-    from kuberl.trainer.checks import env_errors
+    from kuberl.trainer.run.checks import env_errors
 
     errors = env_errors(experiment)
     if errors:
@@ -240,15 +225,17 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
 
     if options.in_cluster:
         expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
-        _connect_cluster(expected, options.node_wait_seconds, out)
+        from kuberl.trainer.distributed.ray_runtime import join_cluster
 
-    from kuberl.trainer.config import algorithm_config_for
+        join_cluster(expected, options.node_wait_seconds, out)
+
+    from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
 
     algo = algorithm_config_for(experiment).build()
     termination = _Termination()
     writers: dict[str, Any] = {}
-    from kuberl.trainer import metrics
+    from kuberl.trainer.run import metrics
 
     def on_written(info) -> None:
         metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
@@ -275,7 +262,8 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
               flush=True)
         status.update(phase="Running")
         termination.install()
-        return _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, store.uri)
+        return _loop(experiment=experiment, options=options, algo=algo, run=run, checkpoints=checkpoints,
+                     spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri)
     finally:
         termination.restore()
         for writer in writers.values():
@@ -299,8 +287,11 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
     return sink
 
 
-def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termination, out, run_uri) -> Summary:
-    from kuberl.trainer import metrics
+def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, run: RunStorage,
+          checkpoints: CheckpointWriter, spec_text: str, status: LiveStatus, termination: _Termination, out: TextIO,
+          run_uri: str) -> Summary:
+    """Train until a stop criterion or a signal, checkpointing on the way; then the final checkpoint."""
+    from kuberl.trainer.run import metrics
 
     spec = experiment.spec
     every = spec.checkpoint.every_iterations
@@ -355,7 +346,7 @@ def _loop(experiment, options, algo, run, checkpoints, spec_text, status, termin
     return summary
 
 
-def _state(algo, spec_text: str) -> dict[str, bytes]:
+def _state(algo: Algorithm, spec_text: str) -> dict[str, bytes]:
     files = dict(algo.get_state())
     files["experiment.yaml"] = spec_text.encode()
     return files

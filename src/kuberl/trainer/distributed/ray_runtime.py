@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 # Ray rewrites a node address of plain 127.0.0.1 to the machine's external address;
 # any other loopback address is kept, so a local run binds to loopback only.
@@ -16,6 +17,7 @@ DEFAULT_LOCAL_NODE_IP = "127.0.0.2"
 # (samples, priorities, weights), which grew the GCS by ~400 MB and the learner by ~140 MB/h
 # in a 30-minute soak; they do without. Ray's dashboard then lists fewer of their calls.
 ACTOR_OPTIONS: dict[str, Any] = {"enable_task_events": False}
+
 
 def local_node_ip() -> str | None:
     """The address a local Ray node binds to: $KUBERL_NODE_IP, else a loopback address on Linux."""
@@ -49,3 +51,22 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         if node_ip:
             kwargs["_node_ip_address"] = node_ip
     ray.init(**kwargs)
+
+
+def join_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
+    """Join the cluster's Ray ($RAY_ADDRESS, else "auto") and wait until `expected_nodes` nodes are alive."""
+    import ray
+
+    init_ray(os.environ.get("RAY_ADDRESS") or "auto")
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+        if alive >= expected_nodes:
+            print(f"ray cluster ready: {alive}/{expected_nodes} nodes", file=out, flush=True)
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"only {alive} of {expected_nodes} Ray nodes joined within {wait_seconds:.0f}s; "
+                "check the worker pods (kubectl get pods -l kuberl.io/role=worker)"
+            )
+        time.sleep(1.0)

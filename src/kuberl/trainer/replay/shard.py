@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.ray_runtime import ACTOR_OPTIONS
-from kuberl.trainer.replay import Batch, make_replay_buffer
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 
 
 class ReplayShard:
@@ -41,11 +41,6 @@ class ReplayShard:
 
     def stats(self) -> dict[str, Any]:
         return self.buffer.stats()
-
-    def node_id(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
 
 
 def start_replay_shard(index: int, capacity: int, **buffer_options: Any) -> Any:
