@@ -198,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, StorageError):
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        from kuberl.trainer.storage.faults import StoreUnavailable
+
+        if isinstance(exc, StoreUnavailable):  # a store unwell past the retry deadline: retryable
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         raise
 
 

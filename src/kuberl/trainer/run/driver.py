@@ -9,6 +9,7 @@ In a cluster it also joins the head's Ray node, serves :8080/status and
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import yaml
 from kuberl.api.types import RLExperiment, StopSpec
 from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
+from kuberl.trainer.storage.faults import StoreUnavailable, retry_transient
 
 if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
@@ -198,6 +200,10 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
         if not options.in_cluster:
             raise
         summary = Summary("InvalidSpec", "StorageError", str(exc))
+    except StoreUnavailable as exc:  # transient errors past the deadline: retryable (exit 1)
+        if not options.in_cluster:
+            raise
+        summary = Summary("Failed", "StorageUnavailable", str(exc))
     except Exception as exc:  # in a pod the summary must say why, whatever it was
         if not options.in_cluster:
             raise
@@ -218,9 +224,10 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     errors = env_errors(experiment)
     if errors:
         raise ManifestError(errors)
-    store, run = _resolve_run(experiment, options)
+    log = functools.partial(print, file=out, flush=True)
+    store, run = retry_transient(lambda: _resolve_run(experiment, options), "storage", log=log)
     if "KUBERL_ATTEMPT" not in os.environ:
-        status.update(attempt=run.next_attempt())
+        status.update(attempt=retry_transient(run.next_attempt, "storage", log=log))
     run.attempt = status.attempt  # an older head can no longer rewrite this attempt's results
 
     if options.in_cluster:
@@ -246,7 +253,8 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     checkpoints = CheckpointWriter(store, keep=experiment.spec.checkpoint.keep, attempt=status.attempt,
                                    on_written=on_written, before_commit=run.flush)
     try:
-        restored = restore_latest(store)  # falls back past a checkpoint that no longer verifies
+        # Falls back past a checkpoint that no longer verifies; retries a store that is unwell.
+        restored = retry_transient(lambda: restore_latest(store), "restoring the latest checkpoint", log=log)
         if restored is not None:
             files, latest = restored
             algo.set_state(files)
