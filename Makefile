@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help install demo test test-fast e2e e2e-control-plane control-plane lint crds check-crds bench bench-deps clean tools images
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # torch goes first and pinned: a plain "torch" requirement pulls gigabytes of CUDA packages.
 $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt

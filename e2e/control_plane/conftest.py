@@ -31,7 +31,7 @@ def kubectl(control_plane: ControlPlane) -> Callable[..., str]:
         result = subprocess.run([str(KUBECTL), "--kubeconfig", str(control_plane.kubeconfig), *args], input=stdin,
                                 capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr}")
+            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr}{result.stdout}")
         return result.stdout
 
     return run
