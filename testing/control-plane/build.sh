@@ -11,7 +11,8 @@ K8S_VERSION=1.20.2
 DEB_VERSION=1.20.5+really1.20.2-1.1+deb12u1
 CACHE=${KUBERL_CONTROL_PLANE_CACHE:-$HOME/.cache/kuberl/k8s-$K8S_VERSION}
 BIN=$CACHE/bin
-STAMP=$BIN/.built-$DEB_VERSION
+RECIPE=1  # raise it when a step below changes, so that cached binaries are rebuilt
+STAMP=$BIN/.built-$DEB_VERSION-recipe$RECIPE
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
 
 log() { printf '[control-plane %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }

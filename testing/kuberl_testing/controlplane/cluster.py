@@ -167,8 +167,8 @@ class ControlPlane:
         self._processes[name] = process
 
     def _without_insecure_port(self, name: str, flag: str) -> list[str]:
-        # 1.20 still opens an unauthenticated HTTP port by default (8080, 10252, 10251): close it,
-        # where the release still has the flag.
+        # 1.20's controller-manager and scheduler still open an unauthenticated HTTP port by default
+        # (10252, 10251; the apiserver's is gone): close it where the release still has the flag.
         return [f"{flag}=0"] if supports_flag(self.binaries[name], flag) else []
 
     def _start_etcd(self) -> str:
@@ -204,8 +204,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
             f"--service-account-issuer={ISSUER}", f"--api-audiences={ISSUER}",
             f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
-            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=200",
-            *self._without_insecure_port("kube-apiserver", "--insecure-port")])
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=200"])
 
     def _component_kubeconfig(self, user: str) -> list[str]:
         path = self.kubeconfig_for(user)
