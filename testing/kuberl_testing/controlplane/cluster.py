@@ -75,6 +75,7 @@ class ControlPlane:
         self._processes: dict[str, Any] = {}
         self.bring_up_seconds: float | None = None
         self._ca: CertificateAuthority | None = None
+        self._opener: urllib.request.OpenerDirector | None = None
 
     # -- what tests use --
 
@@ -94,6 +95,7 @@ class ControlPlane:
 
     def get(self, path: str) -> tuple[int, bytes]:
         """GET `path` from the apiserver as the admin: (status, body); status 0 when unreachable."""
+        assert self._opener is not None, "start() first"
         try:
             with self._opener.open(self.server + path, timeout=10) as response:
                 return response.status, response.read()
