@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from kuberl import __version__
-from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_INVALID_SPEC
+from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INVALID_SPEC
 from kuberl.operator.main import add_arguments as add_operator_arguments
 from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
 
@@ -61,7 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     experiment = _load(args)
     errors = []
     if not args.skip_env_checks:
-        from kuberl.trainer.checks import env_errors
+        from kuberl.trainer.run.checks import env_errors
 
         errors.extend(env_errors(experiment))
     if args.cluster:
@@ -73,7 +73,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from kuberl.trainer.driver import TrainOptions, run_training
+    from kuberl.trainer.run.driver import TrainOptions, run_training
 
     experiment = _load(args)
     options = TrainOptions(
@@ -88,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from kuberl.trainer.evaluate import evaluate_checkpoint
+    from kuberl.trainer.run.evaluate import evaluate_checkpoint
 
     report = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, endpoint=args.endpoint, seed=args.seed)
     print(report)
@@ -96,7 +96,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from kuberl.trainer.traces_report import report
+    from kuberl.trainer.run.traces_report import report
 
     print(report(args.uri, endpoint=args.endpoint, png_path=args.png))
     return 0
@@ -185,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, StorageError):
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        from kuberl.trainer.storage.faults import StoreUnavailable
+
+        if isinstance(exc, StoreUnavailable):  # a store unwell past the retry deadline: retryable
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         raise
 
 

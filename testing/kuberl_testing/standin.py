@@ -24,8 +24,8 @@ from kuberl_testing.podrunner import (
     PodRunner,
     RunnerOptions,
     api_client_from_kubeconfig,
-    free_port,
 )
+from kuberl_testing.ports import free_port
 from kuberl_testing.s3server import DEFAULT_CREDENTIALS, S3Server
 
 NAMESPACE = "kuberl-e2e"

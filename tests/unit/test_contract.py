@@ -11,7 +11,7 @@ import pytest
 
 from kuberl.api import contract
 from kuberl.operator.status import pod_state
-from kuberl.trainer.driver import LiveStatus, Summary, _write_termination_log
+from kuberl.trainer.run.driver import LiveStatus, Summary, _write_termination_log
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "kuberl"
 

@@ -9,15 +9,15 @@ import pytest
 
 from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
 from kuberl.api.types import StopSpec
-from kuberl.trainer import metrics
-from kuberl.trainer.driver import (
+from kuberl.trainer.run import metrics
+from kuberl.trainer.run.driver import (
     LiveStatus,
     Summary,
     _write_termination_log,
     progress_line,
     stop_reason,
 )
-from kuberl.trainer.status_server import start_status_server
+from kuberl.trainer.run.status_server import start_status_server
 
 RESULT = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
           "envStepsPerSecond": 40960.0, "episodes": 90}

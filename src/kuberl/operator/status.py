@@ -37,6 +37,8 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
+OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
+MEMORY_SETTING = {HEAD_ROLE: "spec.head.memory", WORKER_ROLE: "spec.workers.memory"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class PodState:
     waiting_message: str = ""
     image: str = ""
     ip: str | None = None
+    termination_reason: str | None = None  # the kubelet's: Completed | Error | OOMKilled | ...
+    memory_limit: str | None = None  # the container's resources.limits.memory
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
     except ValueError:
         attempt = 0
     containers = (body.get("spec") or {}).get("containers") or [{}]
+    limits = (containers[0].get("resources") or {}).get("limits") or {}
     return PodState(
         name=name, role=role, attempt=attempt, index=index,
         phase=status.get("phase") or "Pending",
@@ -142,7 +147,16 @@ def pod_state(body: dict[str, Any]) -> PodState:
         termination_text=text[:1024],
         waiting_reason=waiting.get("reason"), waiting_message=waiting.get("message") or "",
         image=containers[0].get("image", ""), ip=status.get("podIP"),
+        termination_reason=terminated.get("reason"),
+        memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
     )
+
+
+def out_of_memory(pod: PodState) -> str:
+    """What to tell a user whose pod was OOMKilled: the pod, its limit, and the setting to raise."""
+    limit = f"its memory limit {pod.memory_limit}" if pod.memory_limit else "no memory limit"
+    setting = MEMORY_SETTING.get(pod.role, "the pod's memory")
+    return f"pod {pod.name} ran out of memory (OOMKilled at {limit}); raise {setting}"
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -378,7 +392,8 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         status["workers"] = 0
         message = f"attempt {next_attempt}" + (" resumes from the last checkpoint" if next_attempt > 1 else "")
         decision.events.append(Event("Normal", "HeadCreated", f"{message}; pods pending"))
-        return _finish(decision, obs, "Pending", "PodsPending", message, announce=False)
+        return _finish(decision, obs, "Pending", "PodsPending", _with_failure(message, obs, next_attempt),
+                       announce=False)
 
     if head.phase == "Succeeded" and (head.termination or {}).get("result") != RESULT_SUCCEEDED:
         # The trainer always leaves its summary; an exit 0 without one is not a finished run
@@ -394,17 +409,23 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == RESULT_INVALID_SPEC:
             message = str(summary.get("message") or head.termination_text or "the trainer refused the spec")
             return _fail(decision, obs, "InvalidSpec", message, keep_head=True)
+        if head.termination_reason == OOM_KILLED:
+            return _head_failed(decision, obs, head.attempt, out_of_memory(head), head, reason=OOM_KILLED)
         detail = str(summary.get("message") or summary.get("reason") or head.termination_text or "").strip()
         reason = f"exit code {head.exit_code}" if head.exit_code is not None else "failed"
         return _head_failed(decision, obs, head.attempt, f"{reason}: {detail}" if detail else reason, head)
 
     created = list(decision.create_workers)
-    _workers_actions(decision, obs, attempt)
+    oom = _workers_actions(decision, obs, attempt)
     if decision.create_workers and not created and prev_phase == "Running":
         decision.events.append(Event("Warning", "WorkerRecreated",
                                      f"creating worker pods {decision.create_workers} for attempt {attempt}"))
+    if oom:  # says why a worker is gone until the next pass; the Warning event stays
+        phase = "Running" if prev_phase == "Running" else "Pending"
+        return _finish(decision, obs, phase, OOM_KILLED, f"attempt {attempt}: " + "; ".join(oom))
     if head.phase != "Running":
-        return _finish(decision, obs, "Pending", "PodsPending", f"attempt {attempt}: head pod {head.phase}")
+        return _finish(decision, obs, "Pending", "PodsPending",
+                       _with_failure(f"attempt {attempt}: head pod {head.phase}", obs, attempt))
     trainer = obs.trainer or {}
     trainer_here = bool(trainer) and int(trainer.get("attempt") or attempt) == attempt
     if trainer_here:
@@ -413,34 +434,50 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
                 status[key] = trainer[key]
     if not (trainer_here and trainer.get("phase") == "Running") and prev_phase != "Running":
         return _finish(decision, obs, "Starting", "WaitingForTrainer",
-                       f"attempt {attempt}: head running, waiting for the trainer")
+                       _with_failure(f"attempt {attempt}: head running, waiting for the trainer", obs, attempt))
     ready = status["workers"] >= obs.replicas
     reason = "Training" if ready else "WaitingForWorkers"
     message = f"attempt {attempt}: {status['workers']}/{obs.replicas} workers ready"
     return _finish(decision, obs, "Running", reason, message, ready=ready)
 
 
+def _with_failure(message: str, obs: Observation, attempt: int) -> str:
+    """`message` plus why the previous attempt ended (from the previous status message), until this
+    attempt trains: a head that crashes in a loop says why in every pass, not only in events."""
+    previous = str(obs.previous.get("message") or "")
+    start = previous.find(f"attempt {attempt - 1} failed")
+    if attempt < 2 or start < 0:
+        return message
+    failure = previous[start:-1] if start > 0 and previous.endswith(")") else previous[start:]
+    return f"{message} ({failure})"
+
+
 def _head_failed(decision: Decision, obs: Observation, attempt: int, why: str,
-                 head: PodState | None = None) -> Decision:
-    """Record a head failure once per attempt; retry in a later pass, or fail past backoffLimit."""
+                 head: PodState | None = None, reason: str | None = None) -> Decision:
+    """Record a head failure once per attempt; retry in a later pass, or fail past backoffLimit.
+    A known `reason` (OOMKilled) names the conditions, the event and the final failure."""
     if attempt > obs.failed_attempt:
         decision.restarts = obs.restarts + 1
         decision.failed_attempt = attempt
     if decision.restarts > obs.backoff_limit:
-        return _fail(decision, obs, "BackoffLimitExceeded",
+        return _fail(decision, obs, reason or "BackoffLimitExceeded",
                      f"attempt {attempt} failed ({why}); backoffLimit {obs.backoff_limit} reached", keep_head=True)
     if head is not None:
         decision.delete_pods = [head.name]
     decision.requeue_after = 0.5
     if attempt > obs.failed_attempt:
-        decision.events.append(Event("Warning", "HeadFailed",
+        decision.events.append(Event("Warning", reason or "HeadFailed",
                                      f"attempt {attempt} failed ({why}); restart {decision.restarts} of "
                                      f"{obs.backoff_limit} resumes from the last checkpoint"))
-    return _finish(decision, obs, "Starting", "Restarting", f"attempt {attempt} failed: {why}")
+    # A named reason has said it in its Warning event: no second event for the phase change.
+    return _finish(decision, obs, "Starting", reason or "Restarting", f"attempt {attempt} failed: {why}",
+                   announce=reason is None)
 
 
-def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None:
+def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> list[str]:
+    """Delete, recreate and count the workers; what to say about those that ran out of memory."""
     ready = 0
+    oom: list[str] = []
     present: set[int] = set()
     for pod in _workers(obs):
         if pod.index is None or pod.index >= obs.replicas or pod.attempt != attempt:
@@ -448,7 +485,12 @@ def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None
             continue
         if pod.phase in ("Failed", "Succeeded", "Unknown"):
             decision.delete_pods.append(pod.name)
-            decision.events.append(Event("Warning", "WorkerLost", f"{pod.name} {pod.phase.lower()}; recreating it"))
+            if pod.termination_reason == OOM_KILLED:
+                oom.append(out_of_memory(pod))
+                decision.events.append(Event("Warning", OOM_KILLED, f"{oom[-1]}; recreating it"))
+            else:
+                decision.events.append(Event("Warning", "WorkerLost",
+                                             f"{pod.name} {pod.phase.lower()}; recreating it"))
             decision.requeue_after = 0.5
             present.add(pod.index)  # recreated in the next pass, once the old pod is gone
             continue
@@ -462,3 +504,4 @@ def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None
     elif gone & set(range(obs.replicas)):
         decision.requeue_after = 1.0
     decision.status["workers"] = ready
+    return oom
