@@ -8,10 +8,10 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast e2e lint crds check-crds bench bench-deps clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps clean tools images
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # torch goes first and pinned: a plain "torch" requirement pulls gigabytes of CUDA packages.
 $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
@@ -30,7 +30,15 @@ test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q tests
 
 e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)
-	$(BIN)/python -m pytest -q e2e
+	$(BIN)/python -m pytest -q e2e --ignore=e2e/control_plane
+
+# etcd 3.4 and Kubernetes v1.20.2's kube-apiserver, kube-controller-manager and kube-scheduler,
+# built from Debian 12's sources (apt, as root) once into KUBERL_CONTROL_PLANE_CACHE.
+control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k8s-1.20.2/bin (cached)
+	testing/control-plane/build.sh
+
+e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
+	$(BIN)/python -m pytest -q e2e/control_plane
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e

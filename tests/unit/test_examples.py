@@ -17,7 +17,7 @@ import yaml
 from gymnasium.utils.env_checker import check_env
 
 from kuberl.api.validation import cluster_errors, load_manifest
-from kuberl.trainer.checks import env_errors
+from kuberl.trainer.run.checks import env_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
