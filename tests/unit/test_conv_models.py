@@ -21,7 +21,12 @@ from kuberl.trainer.models.encoders import (
 )
 from kuberl.trainer.models.q_network import build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
-from kuberl.trainer.sampling.policies import PPOPolicyFactory, PPOSamplingPolicy, QPolicyFactory, TorchPPOPolicy
+from kuberl.trainer.sampling.policies import (
+    PPOPolicyFactory,
+    PPOSamplingPolicy,
+    QPolicyFactory,
+    TorchPPOPolicy,
+)
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 RGB = gym.spaces.Box(0, 255, (210, 160, 3), np.uint8)
