@@ -7,7 +7,7 @@ import gymnasium as gym
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError, hyperparams_for
-from kuberl.trainer.models.encoders import ImageLayoutError, conv_output_shape, is_image_space
+from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.sampling.envs import EnvNotFound, EnvSettings, PreprocessingError, env_spaces
 from kuberl.trainer.sampling.wrappers import WrapperError
 

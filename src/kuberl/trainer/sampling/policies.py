@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from kuberl.api.hyperparams import CommonParams, DQNParams
-from kuberl.trainer.learning.device import obs_tensor
+from kuberl.trainer.learning.device import configure_cpu_threads, obs_tensor
 from kuberl.trainer.models.actor_critic import Actor
 from kuberl.trainer.models.encoders import EncoderSpec, is_image_space
 from kuberl.trainer.models.numpy_mlp import NumpyMLP
@@ -60,6 +60,7 @@ class TorchPPOPolicy:
     """The actor in torch on the CPU, for image observations (a conv net is no job for numpy)."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, encoder: EncoderSpec):
+        configure_cpu_threads()  # in a Ray actor too: many small conv calls run fastest on one thread
         torch.manual_seed(seed)
         self.actor = Actor(observation_space, action_space, encoder.hidden, encoder.activation, encoder).eval()
         self.generator = torch.Generator().manual_seed(seed)
