@@ -169,7 +169,7 @@ class PPO(Algorithm):
         lead = obs.shape[: obs.ndim - len(self.observation_space.shape)]
         flat = obs.reshape(-1, *self.observation_space.shape)
         with torch.no_grad(), learner_autocast(self.device, self.spec.learner.bf16):
-            parts = [self.model.value(obs_tensor(flat[i:i + chunk], self.device)).float().cpu().numpy()
+            parts = [self.model.value(to_device({"obs": flat[i:i + chunk]}, self.device)["obs"]).float().cpu().numpy()
                      for i in range(0, len(flat), chunk)]
         return np.concatenate(parts).reshape(lead)
 
