@@ -51,9 +51,45 @@ MemoryQuantity = Annotated[
 ]
 
 
+WRAPPER_NAME_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(\.[A-Za-z_]\w*|:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$"
+
+
+class WrapperSpec(StrictModel):
+    name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": WRAPPER_NAME_PATTERN},
+                      description='A gymnasium.Wrapper: "gymnasium.wrappers.ClipAction" or "package.module:Class".')
+    kwargs: FreeForm = Field(default_factory=dict, description="Keyword arguments for the wrapper.")
+
+    @field_validator("name")
+    @classmethod
+    def _import_path(cls, name: str) -> str:
+        if not re.match(WRAPPER_NAME_PATTERN, name):
+            raise ValueError(f"{name[:64]!r} is not an import path: write gymnasium.wrappers.Name or "
+                             "package.module:Class")
+        return name
+
+
 class EnvSpec(StrictModel):
-    id: str = Field(min_length=1, max_length=253, description='A Gymnasium id ("CartPole-v1") or "package.module:Class".')
+    id: str = Field(
+        min_length=1, max_length=253,
+        description='A registered Gymnasium id ("CartPole-v1", "ALE/Pong-v5": the ALE namespace imports ale_py), '
+        'Gymnasium\'s "module:EnvId" form ("ale_py:ALE/Pong-v5": import the module, which registers the id), or a '
+        'class "package.module:Class". After a colon, a Python name (letters, digits, _ and dots) is a class; '
+        'anything with a "/" namespace or a "-vN" version is an env id.',
+    )
     config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
+    preprocessing: Literal["none", "atari"] = Field(
+        "none",
+        description="atari: the DeepMind preset on Gymnasium's wrappers for an ALE env (made with frameskip=1): "
+        "up to 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked frames (uint8 "
+        "observations of shape [4, 84, 84]), fire reset; for training also episodic life and rewards clipped to "
+        "[-1, 1]. The reported episode return is the unclipped score of the whole game. ALE v5's sticky actions "
+        "stay as Gymnasium sets them unless config says otherwise.",
+    )
+    wrappers: list[WrapperSpec] = Field(
+        default_factory=list, max_length=32,
+        description="Wrappers applied in order, after any preprocessing: a list of {name, kwargs}, name a "
+        "gymnasium.Wrapper as \"gymnasium.wrappers.ClipAction\" or \"package.module:Class\".",
+    )
 
 
 class RolloutsSpec(StrictModel):
@@ -69,7 +105,25 @@ class ReplaySpec(StrictModel):
 
 
 class LearnerSpec(StrictModel):
-    gpus: int = Field(0, ge=0, le=16, description="GPUs the learner uses; some pod must provide them.")
+    gpus: int = Field(
+        0, ge=0, json_schema_extra={"maximum": 1},
+        description="GPUs the learner trains on (0 or 1: the learner is not data-parallel); with 1 it trains on "
+        "CUDA and some pod must provide the GPU.",
+    )
+
+    bf16: bool = Field(
+        False,
+        description="With gpus: 1, run the learner's forward passes under bfloat16 autocast (weights and optimizer "
+        "stay float32). Off by default: measure it on your GPU first.",
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_gpu(cls, gpus: int) -> int:
+        if gpus > 1:
+            raise ValueError(f"is {gpus}, but the learner trains on at most 1 GPU (it is not data-parallel); "
+                             "set 1 and give rollout workers the other GPUs through spec.workers.gpus")
+        return gpus
 
 
 class StopSpec(StrictModel):

@@ -34,6 +34,7 @@ from kuberl.trainer.distributed.apex_learner import SHARD_STATS_TIMEOUT_S, ApexL
 from kuberl.trainer.distributed.apex_worker import ApexRolloutWorker
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.q_network import build_q_network
 from kuberl.trainer.models.weights import load_weights
 from kuberl.trainer.replay.buffers import split_capacity
@@ -256,7 +257,7 @@ class ApexDQN(Algorithm):
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         self._refresh_local_network()
         with torch.no_grad():
-            q = self._local_network(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            q = self._local_network(obs_tensor(obs)).numpy()
         actions = q.argmax(axis=1)
         if explore:
             random = self.np_random.random(len(actions)) < self.epsilons[-1]

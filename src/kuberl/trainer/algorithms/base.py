@@ -20,7 +20,7 @@ import torch
 
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
-from kuberl.trainer.sampling.envs import env_spaces, make_env
+from kuberl.trainer.sampling.envs import EnvSettings, env_spaces, make_env
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig
 
@@ -64,7 +64,8 @@ class Algorithm:
         self.np_random = seed_everything(self.params.seed)
         self.device = learner_device(self.spec.learner.gpus)
         configure_cpu_threads()
-        spaces = env_spaces(self.spec.env.id, self.spec.env.config)
+        self.env_settings = EnvSettings.from_spec(self.spec.env)
+        spaces = env_spaces(self.env_settings)
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
@@ -107,6 +108,8 @@ class Algorithm:
             experiment=self.experiment.name,
             seed=None if self.params.seed is None else self.params.seed + seed_offset,
             record_steps=spec.traces.enabled and spec.traces.steps,
+            preprocessing=self.env_settings.preprocessing,
+            wrappers=self.env_settings.wrappers,
         )
 
     def sync_weights(self) -> None:
@@ -232,13 +235,16 @@ class Algorithm:
         self.set_state(files)
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        filtered = self.obs_filter(np.asarray(obs, dtype=np.float32)[None], update=False)
+        array = np.asarray(obs)
+        if array.dtype != np.uint8:  # images stay uint8 until they are a tensor
+            array = array.astype(np.float32)
+        filtered = self.obs_filter(array[None], update=False)
         action = self.compute_actions(filtered, explore)[0]
         return action.item() if np.ndim(action) == 0 else action
 
     def evaluate(self, episodes: int = 10, *, explore: bool = False, seed: int | None = None) -> dict[str, Any]:
         """Play whole episodes with the learner's policy (no learning); returns their statistics."""
-        env = make_env(self.spec.env.id, self.spec.env.config)
+        env = make_env(self.env_settings, training=False)  # whole games, unclipped scores
         returns: list[float] = []
         lengths: list[int] = []
         base_seed = seed if seed is not None else (self.params.seed or 0) + 10_000

@@ -59,12 +59,17 @@ class AlgorithmConfig:
         self._experiment = None
         return self.document["spec"].setdefault(name, {})
 
-    def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None) -> Self:
+    def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None,
+                    preprocessing: str | None = None, wrappers: list[dict[str, Any]] | None = None) -> Self:
         section = self._section("env")
         if env is not None:
             section["id"] = env
         if env_config is not None:
             section["config"] = dict(env_config)
+        if preprocessing is not None:
+            section["preprocessing"] = preprocessing
+        if wrappers is not None:
+            section["wrappers"] = [dict(w) for w in wrappers]
         return self
 
     def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
