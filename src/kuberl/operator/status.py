@@ -27,7 +27,7 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
-SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "lastCheckpoint")
+SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "evaluationReturnMean", "lastCheckpoint")
 OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
 MEMORY_SETTING = {"head": "spec.head.memory", "worker": "spec.workers.memory"}
 

@@ -7,6 +7,7 @@ import gymnasium as gym
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError
+from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
 from kuberl.trainer.sampling.envs import EnvNotFound, env_spaces
 
 
@@ -52,3 +53,15 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
             )
         )
     return errors
+
+
+def callbacks_errors(experiment: RLExperiment) -> list[FieldError]:
+    """Problems with spec.callbacks: the class it names must import and subclass Callbacks."""
+    path = experiment.spec.callbacks
+    if not path:
+        return []
+    try:
+        import_callbacks_class(path)
+    except CallbacksNotFound as exc:
+        return [FieldError("spec.callbacks", str(exc))]
+    return []
