@@ -55,16 +55,35 @@ def _play_one(env: gym.Env, act: Callable[[Any], Any], seed: int) -> tuple[float
     return total, length
 
 
-def _record_one(make: EnvFactory, act: Callable[[Any], Any], seed: int) -> tuple[float, int, bytes]:
-    """One episode through Gymnasium's RecordVideo; the MP4 holds a frame after reset and after every step."""
+def _recorder_class() -> type:
     from gymnasium.wrappers import RecordVideo
 
+    class ImageioRecordVideo(RecordVideo):
+        """Gymnasium's RecordVideo (a frame after reset and after every step), encoding with imageio-ffmpeg
+        so that every captured frame is exactly one video frame (moviepy's float clock can add one)."""
+
+        def stop_recording(self) -> None:
+            import imageio.v2 as imageio
+
+            frames, self.recorded_frames = self.recorded_frames, []
+            if frames:
+                path = Path(self.video_folder) / f"{self._video_name}.mp4"
+                # macro_block_size 2: pad odd sizes for yuv420p instead of rescaling to multiples of 16
+                imageio.mimwrite(path, frames, fps=self.frames_per_sec, macro_block_size=2)
+            self.recording = False
+            self._video_name = None
+
+    return ImageioRecordVideo
+
+
+def _record_one(make: EnvFactory, act: Callable[[Any], Any], seed: int) -> tuple[float, int, bytes]:
+    """One episode recorded as an MP4: a frame after reset and after every step."""
     # pygame (classic-control rendering) needs no display for rgb_array; SDL's dummy driver says so.
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     with tempfile.TemporaryDirectory(prefix="kuberl-video-") as parent:
         folder = Path(parent) / "video"  # a folder RecordVideo makes itself, so it warns of no overwrite
-        env = RecordVideo(make(VIDEO_RENDER_MODE), str(folder), episode_trigger=lambda _: True,
-                          name_prefix="evaluation", disable_logger=True)
+        env = _recorder_class()(make(VIDEO_RENDER_MODE), str(folder), episode_trigger=lambda _: True,
+                                name_prefix="evaluation", disable_logger=True)
         try:
             total, length = _play_one(env, act, seed)
         finally:
