@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from kuberl.api.validation import load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
 
@@ -41,3 +43,47 @@ def test_an_evaluation_actor_evaluates_every_interval_and_the_end(tmp_path):
         assert evaluation["episodes"] == 3 and len(evaluation["returns"]) == 3
         assert evaluation["timesteps"] == by_iteration[evaluation["iteration"]]["timesteps"]
     assert summary.evaluationReturnMean == evaluations[-1]["returnMean"]
+
+
+S3_MANIFEST = """\
+apiVersion: kuberl.io/v1alpha1
+kind: RLExperiment
+metadata: {name: filmed}
+spec:
+  algorithm: ppo
+  env: {id: CartPole-v1}
+  config: {seed: 4}
+  rollouts: {workers: 0, envsPerWorker: 2, fragmentLength: 32}
+  traces: {enabled: false}
+  stop: {iterations: 2}
+  checkpoint: {everyIterations: 1, keep: 1, keepBest: true}
+  evaluation: {interval: 1, episodes: 2, workers: 1, video: {everyEvaluations: 1}}
+"""
+
+
+def test_videos_and_the_best_pointer_reach_s3_and_kuberl_traces_lists_the_videos(s3, s3_bucket, tmp_path):
+    imageio = pytest.importorskip("imageio")  # the video extra
+    from kuberl.trainer.run.traces_report import report
+    from kuberl.trainer.storage.checkpoints import read_best_pointer
+    from kuberl.trainer.storage.s3 import S3Store
+
+    summary = run_training(load_manifest(S3_MANIFEST),
+                           TrainOptions(storage_uri=f"s3://{s3_bucket}/runs", quiet=True, out=io.StringIO()))
+    assert summary.result == "Succeeded"
+    store = S3Store(f"s3://{s3_bucket}/runs/filmed", endpoint=s3.endpoint)
+    keys = sorted(k for k in store.list("videos/"))
+    assert keys == ["videos/evaluation-000001.mp4", "videos/evaluation-000002.mp4"]
+    lines = [json.loads(line) for line in store.get_bytes("results.jsonl").decode().splitlines()]
+    evaluations = {line["evaluation"]["iteration"]: line["evaluation"] for line in lines if "evaluation" in line}
+    assert sorted(evaluations) == [1, 2]
+    assert evaluations[2]["video"] == store.url("videos/evaluation-000002.mp4")
+    local = tmp_path / "evaluation-000002.mp4"
+    local.write_bytes(store.get_bytes("videos/evaluation-000002.mp4"))
+    reader = imageio.get_reader(local)
+    assert sum(1 for _ in reader.iter_data()) == int(evaluations[2]["returns"][0]) + 1
+    reader.close()
+    best = max(evaluations.values(), key=lambda e: e["returnMean"])
+    assert read_best_pointer(store)["iteration"] == best["iteration"]
+    text = report(f"s3://{s3_bucket}/runs/filmed", endpoint=s3.endpoint, png_path=tmp_path / "curve.png")
+    assert "videos: 2" in text and store.url("videos/evaluation-000001.mp4") in text
+    assert "evaluations: 2" in text

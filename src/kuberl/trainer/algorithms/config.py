@@ -98,11 +98,19 @@ class AlgorithmConfig:
         return self
 
     def stopping(self, *, timesteps: int | None = None, episode_return_mean: float | None = None,
-                 time_seconds: int | None = None, iterations: int | None = None) -> Self:
+                 time_seconds: int | None = None, iterations: int | None = None,
+                 evaluation_return_mean: float | None = None) -> Self:
         self._section("stop").update(
             _camel({"timesteps": timesteps, "episode_return_mean": episode_return_mean,
-                    "time_seconds": time_seconds, "iterations": iterations})
+                    "time_seconds": time_seconds, "iterations": iterations,
+                    "evaluation_return_mean": evaluation_return_mean})
         )
+        return self
+
+    def checkpointing(self, *, every_iterations: int | None = None, keep: int | None = None,
+                      keep_best: bool | None = None) -> Self:
+        self._section("checkpoint").update(
+            _camel({"every_iterations": every_iterations, "keep": keep, "keep_best": keep_best}))
         return self
 
     def traces(self, *, enabled: bool | None = None, steps: bool | None = None) -> Self:
@@ -125,6 +133,8 @@ class AlgorithmConfig:
     def evaluation(self, *, interval: int | None = None, episodes: int | None = None, workers: int | None = None,
                    explore: bool | None = None, env_config: dict[str, Any] | None = None,
                    video_every_evaluations: int | None = None) -> Self:
+        """Evaluation during training as `kuberl train` and the operator run it (`to_document()` is the
+        manifest); `algo.train()` by itself does not evaluate: call `algo.evaluate()`."""
         section = self._section("evaluation")
         section.update(_camel({"interval": interval, "episodes": episodes, "workers": workers, "explore": explore,
                                "env_config": env_config}))
