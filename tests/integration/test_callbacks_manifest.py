@@ -95,7 +95,7 @@ def test_callbacks_from_the_manifest_get_the_documented_arguments(tmp_path):
 @pytest.mark.parametrize(("callbacks", "why"), [
     ("no_such_module:Recorder", "cannot import module 'no_such_module'"),
     ("user_hooks:Missing", "has no attribute 'Missing'"),
-    ("user_hooks:NotCallbacks", "is not a subclass of kuberl.trainer.run.callbacks.Callbacks"),
+    ("user_hooks:NotCallbacks", "NotCallbacks is not a kuberl.trainer.run.callbacks.Callbacks subclass"),
 ])
 def test_a_bad_callbacks_class_exits_2_naming_spec_callbacks(tmp_path, callbacks, why):
     proc, out = train(tmp_path, callbacks)

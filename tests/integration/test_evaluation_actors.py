@@ -10,19 +10,22 @@ import pytest
 from kuberl.api.validation import load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
 
-MANIFEST = """\
+TEMPLATE = """\
 apiVersion: kuberl.io/v1alpha1
 kind: RLExperiment
-metadata: {name: evaluated-on-actors}
+metadata: {{name: {name}}}
 spec:
   algorithm: ppo
-  env: {id: CartPole-v1}
-  config: {seed: 7}
-  rollouts: {workers: 0, envsPerWorker: 2, fragmentLength: 32}
-  traces: {enabled: false}
-  stop: {iterations: 9}
-  evaluation: {interval: 4, episodes: 3, workers: 1}
+  env: {{id: CartPole-v1}}
+  config: {{seed: 7}}
+  rollouts: {{workers: 0, envsPerWorker: 2, fragmentLength: 32}}
+  traces: {{enabled: false}}
+  stop: {{iterations: {iterations}}}
+  checkpoint: {checkpoint}
+  evaluation: {evaluation}
 """
+MANIFEST = TEMPLATE.format(name="evaluated-on-actors", iterations=9, checkpoint="{}",
+                           evaluation="{interval: 4, episodes: 3, workers: 1}")
 
 
 def test_an_evaluation_actor_evaluates_every_interval_and_the_end(tmp_path):
@@ -45,20 +48,8 @@ def test_an_evaluation_actor_evaluates_every_interval_and_the_end(tmp_path):
     assert summary.evaluationReturnMean == evaluations[-1]["returnMean"]
 
 
-S3_MANIFEST = """\
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {name: filmed}
-spec:
-  algorithm: ppo
-  env: {id: CartPole-v1}
-  config: {seed: 4}
-  rollouts: {workers: 0, envsPerWorker: 2, fragmentLength: 32}
-  traces: {enabled: false}
-  stop: {iterations: 2}
-  checkpoint: {everyIterations: 1, keep: 1, keepBest: true}
-  evaluation: {interval: 1, episodes: 2, workers: 1, video: {everyEvaluations: 1}}
-"""
+S3_MANIFEST = TEMPLATE.format(name="filmed", iterations=2, checkpoint="{everyIterations: 1, keep: 1, keepBest: true}",
+                              evaluation="{interval: 1, episodes: 2, workers: 1, video: {everyEvaluations: 1}}")
 
 
 def test_videos_and_the_best_pointer_reach_s3_and_kuberl_traces_lists_the_videos(s3, s3_bucket, tmp_path):

@@ -9,9 +9,10 @@ and end with `**kwargs`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
+
+from kuberl.trainer.user_code import UserClassNotFound, import_user_class
 
 EpisodeHook = Callable[..., None]  # fn(algorithm=..., episode=record)
 ResultHook = Callable[..., None]  # fn(algorithm=..., result=result)
@@ -60,23 +61,14 @@ class CallbacksNotFound(ValueError):
 
 def import_callbacks_class(path: str) -> type[Callbacks]:
     """Import "package.module:Class"; raises CallbacksNotFound with the reason."""
-    module_name, _, class_name = path.partition(":")
-    if not module_name or not class_name:
-        raise CallbacksNotFound(f"{path!r}: expected package.module:Class")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CallbacksNotFound(f"{path!r}: cannot import module {module_name!r} ({exc})") from None
-    except Exception as exc:  # noqa: BLE001 - user code may raise anything on import
-        raise CallbacksNotFound(f"{path!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+        return import_user_class(path, Callbacks, "kuberl.trainer.run.callbacks.Callbacks")
+    except UserClassNotFound as exc:
+        raise CallbacksNotFound(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a user's module may raise anything on import
+        raise CallbacksNotFound(f"{path!r}: importing it failed: {type(exc).__name__}: {exc}") from None
     except SystemExit as exc:
-        raise CallbacksNotFound(f"{path!r}: importing {module_name!r} called sys.exit({exc.code!r})") from None
-    found = getattr(module, class_name, None)
-    if found is None:
-        raise CallbacksNotFound(f"{path!r}: module {module_name!r} has no attribute {class_name!r}")
-    if not isinstance(found, type) or not issubclass(found, Callbacks):
-        raise CallbacksNotFound(f"{path!r}: {class_name} is not a subclass of kuberl.trainer.run.callbacks.Callbacks")
-    return found
+        raise CallbacksNotFound(f"{path!r}: importing it called sys.exit({exc.code!r})") from None
 
 
 def build_callbacks(path: str) -> Callbacks:

@@ -7,13 +7,14 @@ a SyncVectorEnv of single envs otherwise.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
+
+from kuberl.trainer.user_code import UserClassNotFound, import_user_class
 
 
 class EnvNotFound(ValueError):
@@ -26,19 +27,10 @@ def is_class_path(env_id: str) -> bool:
 
 def import_env_class(env_id: str) -> type:
     """Import "package.module:Class"; raises EnvNotFound with the reason."""
-    module_name, _, class_name = env_id.partition(":")
-    if not module_name or not class_name:
-        raise EnvNotFound(f"{env_id!r}: expected package.module:Class")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EnvNotFound(f"{env_id!r}: cannot import module {module_name!r} ({exc})") from None
-    env_class = getattr(module, class_name, None)
-    if env_class is None:
-        raise EnvNotFound(f"{env_id!r}: module {module_name!r} has no attribute {class_name!r}")
-    if not isinstance(env_class, type) or not issubclass(env_class, gym.Env):
-        raise EnvNotFound(f"{env_id!r}: {class_name} is not a gymnasium.Env subclass")
-    return env_class
+        return import_user_class(env_id, gym.Env, "gymnasium.Env")
+    except UserClassNotFound as exc:
+        raise EnvNotFound(str(exc)) from None
 
 
 def gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
