@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from kuberl.api.algorithms import REGISTRY
 from kuberl.api.validation import load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
 
@@ -78,3 +79,18 @@ def test_videos_and_the_best_pointer_reach_s3_and_kuberl_traces_lists_the_videos
     text = report(f"s3://{s3_bucket}/runs/filmed", endpoint=s3.endpoint, png_path=tmp_path / "curve.png")
     assert "videos: 2" in text and store.url("videos/evaluation-000001.mp4") in text
     assert "evaluations: 2" in text
+
+
+@pytest.mark.parametrize("algorithm", sorted(a for a in REGISTRY if a != "ppo"))
+def test_every_algorithm_is_evaluated_on_an_actor(tmp_path, algorithm):
+    env = "CartPole-v1" if "Discrete" in REGISTRY[algorithm].action_spaces else "Pendulum-v1"
+    text = TEMPLATE.format(name=f"every-{algorithm}", iterations=3, checkpoint="{}",
+                           evaluation="{interval: 2, episodes: 2, workers: 1}")
+    text = text.replace("algorithm: ppo", f"algorithm: {algorithm}").replace("CartPole-v1", env)
+    summary = run_training(load_manifest(text), TrainOptions(storage_uri=f"file://{tmp_path}", quiet=True,
+                                                             out=io.StringIO()))
+    assert summary.result == "Succeeded"
+    lines = [json.loads(line) for line in (tmp_path / f"every-{algorithm}" / "results.jsonl").read_text().splitlines()]
+    evaluations = [line["evaluation"] for line in lines if "evaluation" in line]
+    assert [e["iteration"] for e in evaluations] == [2, 3]
+    assert all(e["episodes"] == 2 and e["returnMean"] is not None for e in evaluations)

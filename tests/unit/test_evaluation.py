@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import prometheus_client
 import pytest
 
 from kuberl.api.validation import ManifestError, load_manifest
@@ -51,6 +52,8 @@ def test_evaluations_at_every_interval_and_at_the_end_with_their_episode_counts(
         assert evaluation["lengthMean"] == pytest.approx(evaluation["returnMean"])  # CartPole: 1 per step
         assert evaluation["returnStd"] >= 0
     assert summary.evaluationReturnMean == evaluated[7]["returnMean"]
+    assert prometheus_client.REGISTRY.get_sample_value("kuberl_evaluation_return_mean") == evaluated[7]["returnMean"]
+    assert prometheus_client.REGISTRY.get_sample_value("kuberl_evaluation_iteration") == 7
 
 
 def test_the_stop_criterion_on_the_evaluation_return(tmp_path):
