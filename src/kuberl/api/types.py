@@ -95,7 +95,8 @@ class CheckpointSpec(StrictModel):
 
 class VideoSpec(StrictModel):
     every_evaluations: int = Field(
-        1, ge=1, le=1_000_000, description="Record the first episode of every Mth evaluation as an MP4 under videos/."
+        1, ge=1, le=1_000_000,
+        description="Record one episode of the first evaluation and of every Mth after it (MP4 under videos/).",
     )
 
 
