@@ -13,7 +13,7 @@ from kuberl.trainer.storage.base import retry_delay
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUED_JOBS = 10_000  # beyond this the oldest jobs are dropped (and counted) while a store is down
+MAX_QUEUED_JOBS = 10_000  # waiting jobs; beyond this the oldest are dropped (and counted) while a store is down
 
 
 class BackgroundWriter:
@@ -64,7 +64,7 @@ class BackgroundWriter:
                 self._cond.wait_for(lambda: self._jobs or self._closed)
                 if not self._jobs:
                     return
-                what, job = self._jobs[0]
+                what, job = self._jobs.popleft()
                 self._running = True
             failures = 0
             while True:
@@ -81,7 +81,5 @@ class BackgroundWriter:
                                                timeout=retry_delay(failures, cap=self.max_backoff_seconds)):
                             break
             with self._cond:
-                if self._jobs and self._jobs[0][1] is job:
-                    self._jobs.popleft()
                 self._running = False
                 self._cond.notify_all()
