@@ -94,3 +94,30 @@ def test_every_algorithm_is_evaluated_on_an_actor(tmp_path, algorithm):
     evaluations = [line["evaluation"] for line in lines if "evaluation" in line]
     assert [e["iteration"] for e in evaluations] == [2, 3]
     assert all(e["episodes"] == 2 and e["returnMean"] is not None for e in evaluations)
+
+
+def test_a_lost_evaluation_actor_costs_one_evaluation_and_is_replaced(caplog):
+    import ray
+
+    from kuberl.trainer.algorithms.ppo import PPOConfig
+    from kuberl.trainer.evaluation.evaluator import Evaluator
+
+    config = (PPOConfig().environment("CartPole-v1").rollouts(envs_per_worker=2, fragment_length=32)
+              .debugging(seed=3).evaluation(interval=1, episodes=4, workers=1))
+    algo = config.build()
+    evaluator = Evaluator(config.experiment.spec.evaluation, algo)
+    try:
+        algo.train()
+        evaluator.launch(1, algo.timesteps)
+        (actor,) = evaluator._actors
+        ray.kill(actor, no_restart=True)
+        assert evaluator.drain() == []  # that evaluation is lost, with a warning
+        assert "evaluation of iteration 1 failed" in caplog.text
+        algo.train()
+        evaluator.launch(2, algo.timesteps)
+        (finished,) = evaluator.drain()
+        assert finished.iteration == 2 and finished.summary["episodes"] == 4
+        assert evaluator._actors and evaluator._actors[0] is not actor  # a fresh actor played it
+    finally:
+        evaluator.stop()
+        algo.stop()
