@@ -108,9 +108,9 @@ def test_a_lost_evaluation_actor_costs_one_evaluation_and_is_replaced(caplog):
     evaluator = Evaluator(config.experiment.spec.evaluation, algo)
     try:
         algo.train()
+        (actor,) = evaluator._ensure_actors(algo.evaluation_policy()[0])
+        ray.kill(actor, no_restart=True)  # lost before it could answer, whatever the timing
         evaluator.launch(1, algo.timesteps)
-        (actor,) = evaluator._actors
-        ray.kill(actor, no_restart=True)
         assert evaluator.drain() == []  # that evaluation is lost, with a warning
         assert "evaluation of iteration 1 failed" in caplog.text
         algo.train()
