@@ -102,3 +102,16 @@ def test_evaluation_fields_need_spec_evaluation():
         load_manifest(text)
     paths = {e.path for e in caught.value.errors}
     assert paths == {"spec.stop.evaluationReturnMean", "spec.checkpoint.keepBest"}
+
+
+def test_a_resumed_run_replaces_the_best_only_with_a_better_evaluation(tmp_path):
+    checkpoint = "{everyIterations: 1, keep: 1, keepBest: true}"
+    train(tmp_path, stop="{iterations: 2}", evaluation="{interval: 1, episodes: 1}", checkpoint=checkpoint)
+    store = LocalStore(tmp_path / "evaluated")
+    planted = {**read_best_pointer(store), "evaluationReturnMean": 1e9}  # no evaluation can beat it
+    store.put_bytes("checkpoints/best", json.dumps(planted).encode())
+    _summary, _run, lines = train(tmp_path, stop="{iterations: 4}", evaluation="{interval: 1, episodes: 1}",
+                                  checkpoint=checkpoint)
+    assert [line["evaluation"]["iteration"] for line in lines] == [1, 2, 3, 4]  # it resumed and evaluated
+    assert read_best_pointer(store) == planted
+    assert planted["iteration"] in {c.iteration for c in list_checkpoints(store)}
