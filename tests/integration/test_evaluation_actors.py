@@ -121,3 +121,27 @@ def test_a_lost_evaluation_actor_costs_one_evaluation_and_is_replaced(caplog):
     finally:
         evaluator.stop()
         algo.stop()
+
+
+def test_an_actor_plays_exactly_as_the_learner_with_its_weights_and_filter():
+    from kuberl.trainer.algorithms.ppo import PPOConfig
+    from kuberl.trainer.evaluation.evaluator import Evaluator
+
+    config = (PPOConfig().environment("CartPole-v1").rollouts(envs_per_worker=2, fragment_length=64)
+              .training(observation_filter="mean_std").debugging(seed=9)
+              .evaluation(interval=1, episodes=3, workers=1))
+    algo = config.build()
+    spec = config.experiment.spec.evaluation
+    on_actor = Evaluator(spec, algo)
+    in_process = Evaluator(spec.model_copy(update={"workers": 0}), algo)
+    try:
+        for _ in range(3):
+            algo.train()
+        assert algo.obs_filter.get_state() is not None  # a filter that changes what the policy sees
+        on_actor.launch(3, algo.timesteps)
+        in_process.launch(3, algo.timesteps)
+        (remote,), (local,) = on_actor.drain(), in_process.drain()
+        assert remote.summary["returns"] == local.summary["returns"]  # same policy, filter and seeds
+    finally:
+        on_actor.stop()
+        algo.stop()
