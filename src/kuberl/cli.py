@@ -61,9 +61,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     experiment = _load(args)
     errors = []
     if not args.skip_env_checks:
-        from kuberl.trainer.run.checks import env_errors
+        from kuberl.trainer.run.checks import callbacks_errors, env_errors
 
-        errors.extend(env_errors(experiment))
+        errors.extend(env_errors(experiment) + callbacks_errors(experiment))
     if args.cluster:
         errors.extend(cluster_errors(experiment))
     if errors:

@@ -134,6 +134,7 @@ class BadInput:
 
 
 C = BadInput
+_EVALUATION = {"evaluation": {"interval": 5}}  # a valid spec.evaluation the case changes one field of
 _POD = [  # head and workers share the pod fields
     (MALFORMED, "cpu", "two", True),
     (WRONG_TYPE, "cpu", True, True),
@@ -252,6 +253,20 @@ CASES: tuple[BadInput, ...] = (
     C("stop.iterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.everyIterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.keep", 1001, OUT_OF_RANGE, True),
+    C("checkpoint.keepBest", "yes", WRONG_TYPE, True),
+    C("checkpoint.keepBest", True, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("stop.evaluationReturnMean", "high", WRONG_TYPE, True),
+    C("stop.evaluationReturnMean", 100, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("evaluation", 10, WRONG_TYPE, True),
+    C("evaluation.interval", DELETE, MISSING_REQUIRED, True, base=_EVALUATION),
+    C("evaluation.interval", 0, OUT_OF_RANGE, True),
+    C("evaluation.episodes", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.workers", -1, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.explore", "no", WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.envConfig", [1], WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.video.everyEvaluations", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("callbacks", "mypkg.callbacks", MALFORMED, True, note="no :Class"),
+    C("callbacks", "no_such_pkg.hooks:Hooks", UNKNOWN_ENUM, False, ENV, note="no such module"),
     C("traces.enabled", "on?", WRONG_TYPE, True),
     C("traces.steps", [True], WRONG_TYPE, True),
     C("storage.uri", "gs://bucket/x", MALFORMED, True),

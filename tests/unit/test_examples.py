@@ -149,3 +149,9 @@ def test_custom_env_rejects_bad_config_and_actions(user_envs_on_path):
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action"):
         env.step(np.int64(2))
+
+
+def test_the_evaluated_example_evaluates_films_and_keeps_the_best():
+    spec = load_manifest((EXAMPLES / "cartpole-ppo-evaluated.yaml").read_text()).spec
+    assert spec.evaluation.workers >= 1 and not spec.evaluation.explore and spec.evaluation.video is not None
+    assert spec.checkpoint.keep_best and spec.stop.evaluation_return_mean == 500

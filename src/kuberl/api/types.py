@@ -39,6 +39,8 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                      r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 IMAGE_PATTERN = r"^\S+$"  # an image reference has no whitespace
+# "package.module:Class": dotted module, a colon, a class name.
+CLASS_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
@@ -131,11 +133,40 @@ class StopSpec(StrictModel):
     episode_return_mean: float | None = Field(None, description="Stop once the 100-episode return mean reaches this.")
     time_seconds: int | None = Field(None, ge=1, description="Stop after this much training time.")
     iterations: int | None = Field(None, ge=1, description="Stop after this many training iterations.")
+    evaluation_return_mean: float | None = Field(
+        None, description="Stop once an evaluation's return mean reaches this (needs spec.evaluation)."
+    )
 
 
 class CheckpointSpec(StrictModel):
     every_iterations: int = Field(10, ge=1, description="Write a checkpoint every N iterations (and at the end).")
     keep: int = Field(5, ge=1, le=1000, description="Complete checkpoints kept; older ones are deleted.")
+    keep_best: bool = Field(
+        False, description="Keep the checkpoint with the best evaluation return apart from `keep` "
+        "(checkpoints/best names it; needs spec.evaluation).",
+    )
+
+
+class VideoSpec(StrictModel):
+    every_evaluations: int = Field(
+        1, ge=1, le=1_000_000,
+        description="Record one episode of the first evaluation and of every Mth after it (MP4 under videos/).",
+    )
+
+
+class EvaluationSpec(StrictModel):
+    interval: int = Field(ge=1, le=1_000_000, description="Evaluate every N training iterations (and at the end).")
+    episodes: int = Field(10, ge=1, le=100_000, description="Episodes per evaluation.")
+    workers: int = Field(
+        0, ge=0, le=1024,
+        description="Evaluation actors playing in parallel with training; 0 plays in the learner's process "
+        "(training waits).",
+    )
+    explore: bool = Field(False, description="False: the greedy policy; true: the exploring one.")
+    env_config: FreeForm = Field(
+        default_factory=dict, description="Merged over spec.env.config for the evaluation envs only."
+    )
+    video: VideoSpec | None = Field(None, description="Record evaluation episodes as MP4 videos.")
 
 
 class TracesSpec(StrictModel):
@@ -205,6 +236,12 @@ class RLExperimentSpec(StrictModel):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     traces: TracesSpec = Field(default_factory=TracesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
+    evaluation: EvaluationSpec | None = Field(None, description="Evaluation during training.")
+    callbacks: str | None = Field(
+        None, max_length=253, pattern=CLASS_PATH_PATTERN,
+        description='"package.module:Class": a subclass of kuberl.trainer.run.callbacks.Callbacks, '
+        "imported in the trainer.",
+    )
     image: str | None = Field(None, max_length=1024, pattern=IMAGE_PATTERN,
                               description="Trainer image; default from the operator's settings.")
     head: PodSpec = Field(default_factory=PodSpec)
@@ -240,6 +277,7 @@ class RLExperimentStatus(StrictModel):
     iteration: int | None = None
     timesteps: int | None = None
     episode_return_mean: float | None = None
+    evaluation_return_mean: float | None = Field(None, description="Return mean of the latest evaluation.")
     last_checkpoint: str | None = None
     message: str | None = None
     start_time: str | None = None

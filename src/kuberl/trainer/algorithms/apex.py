@@ -36,7 +36,7 @@ from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.q_network import build_q_network
-from kuberl.trainer.models.weights import load_weights
+from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.shard import start_replay_shard
 from kuberl.trainer.sampling.policies import QPolicyFactory
@@ -243,6 +243,10 @@ class ApexDQN(Algorithm):
     # -- the Algorithm contract ----------------------------------------------------------------------
     def worker_weights(self) -> Any:
         return None  # workers fetch weights from the learner themselves
+
+    def evaluation_policy(self) -> tuple[QPolicyFactory, dict[str, np.ndarray]]:
+        self._refresh_local_network()
+        return self.policy_factory, state_dict_to_numpy(self._local_network)
 
     def _refresh_local_network(self) -> None:
         import ray

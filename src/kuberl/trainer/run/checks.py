@@ -8,6 +8,7 @@ from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError, hyperparams_for
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
+from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
 from kuberl.trainer.sampling.envs import EnvNotFound, EnvSettings, PreprocessingError, env_spaces
 from kuberl.trainer.sampling.wrappers import WrapperError
 
@@ -83,3 +84,15 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
     elif is_image_space(observation_space):
         errors.extend(_image_errors(experiment, observation_space))
     return errors
+
+
+def callbacks_errors(experiment: RLExperiment) -> list[FieldError]:
+    """Problems with spec.callbacks: the class it names must import and subclass Callbacks."""
+    path = experiment.spec.callbacks
+    if not path:
+        return []
+    try:
+        import_callbacks_class(path)
+    except CallbacksNotFound as exc:
+        return [FieldError("spec.callbacks", str(exc))]
+    return []
