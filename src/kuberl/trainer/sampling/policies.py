@@ -1,4 +1,4 @@
-"""The policies rollout workers run: PPO's actor in numpy, and epsilon-greedy over a Q-network.
+"""The policies rollout workers run: PPO's actor in numpy, epsilon-greedy over a Q-network, and IMPALA's policy head.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
 and loads the numpy weights the learner publishes.
@@ -13,8 +13,10 @@ import numpy as np
 import torch
 
 from kuberl.api.hyperparams import DQNParams
+from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.models.mlp import obs_size
 from kuberl.trainer.models.numpy_mlp import NumpyMLP
+from kuberl.trainer.models.policy_value import PolicyHead
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.models.weights import load_weights
 
@@ -99,3 +101,31 @@ class QPolicyFactory:
         torch.manual_seed(seed)
         network = QNetwork(obs_size(observation_space), int(action_space.n), self.hidden, self.activation, self.dueling)
         return QPolicy(network, int(action_space.n), seed)
+
+
+class PolicyHeadSampler:
+    """IMPALA's and APPO's behaviour policy: a CPU copy of the learner's PolicyHead; keeps each action's log-prob."""
+
+    def __init__(self, head: PolicyHead):
+        self.head = head.eval()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.head, weights)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        with torch.no_grad():
+            actions, logp = self.head.sample(torch.as_tensor(obs), explore)
+        return actions.numpy(), {"logp": logp.numpy().astype(np.float32)}
+
+
+@dataclass(frozen=True)
+class PolicyHeadFactory:
+    """Builds a worker's PolicyHeadSampler; a plain dataclass so that it pickles to Ray actors."""
+
+    hidden: tuple[int, ...]
+    activation: str
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> PolicyHeadSampler:
+        configure_cpu_threads()
+        torch.manual_seed(seed)
+        return PolicyHeadSampler(PolicyHead(observation_space, action_space, self.hidden, self.activation))
