@@ -3,7 +3,7 @@ as RLlib defines it after IMPACT (Luo et al., 2020).
 
 A target policy pi_target, a copy of the policy synced every `target_update_interval` updates, anchors
 the ratio: V-trace runs with pi_target as its target policy, and the surrogate's ratio is
-min(pi_target / mu, target_worker_clipping) * pi / mu (about pi / pi_target), clipped to
+min(mu / pi_target, target_worker_clipping) * pi / mu (pi / pi_target unless mu strayed far), clipped to
 [1 - clip_param, 1 + clip_param] as in PPO. Each train batch is learned from `batch_reuse` times while
 `buffer_batches` of them wait in the learner (RLlib's circular buffer, N=4 and K=2).
 """
