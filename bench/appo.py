@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from cartpole import ratio  # noqa: E402
 from rllib_runner import run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,10 +124,6 @@ def rllib(python: Path, mode: str, target: float, cap: float, seed: int, runners
     if final:
         return final[-1]
     return {"error": run.error("RLlib"), **({"lastProgress": run.lines[-1]} if run.lines else {})}
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.3f}" if a and b else "n/a"
 
 
 def main() -> int:

@@ -18,7 +18,9 @@ from kuberl_testing.fault_figures import report_figures
 pytestmark = pytest.mark.slow
 
 GOAL = 450.0
-TIME_LIMIT_S = 300  # the budget is about two minutes on 2 idle cores; a loaded machine gets slack
+# The budget is about two minutes on 2 idle cores; a loaded machine gets some slack, within the
+# test's own timeout (below) that Ray's start and the build also count against.
+TIME_LIMIT_S = 240
 
 
 def _learn(config, name: str) -> tuple[float, dict]:
@@ -37,6 +39,7 @@ def _learn(config, name: str) -> tuple[float, dict]:
     return seconds, result
 
 
+@pytest.mark.timeout(330)
 def test_appo_solves_cartpole_with_two_rollout_workers() -> None:
     seconds, result = _learn(APPOConfig(), "appo")
     assert result["episodeReturnMean"] >= GOAL, (seconds, result["timesteps"], result["episodeReturnMean"])
@@ -45,6 +48,7 @@ def test_appo_solves_cartpole_with_two_rollout_workers() -> None:
     assert result["sampler"]["workerRestarts"] == 0
 
 
+@pytest.mark.timeout(330)
 def test_impala_solves_cartpole_with_two_rollout_workers() -> None:
     seconds, result = _learn(IMPALAConfig(), "impala")
     assert result["episodeReturnMean"] >= GOAL, (seconds, result["timesteps"], result["episodeReturnMean"])

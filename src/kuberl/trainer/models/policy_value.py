@@ -7,7 +7,6 @@ tasks, and the global-norm gradient clip then never lets the value loss shrink t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -16,10 +15,9 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from kuberl.trainer.models.actor_critic import log_prob_entropy
 from kuberl.trainer.models.encoders import build_encoder
 from kuberl.trainer.models.mlp import layer
-
-HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class PolicyHead(nn.Module):
@@ -43,14 +41,8 @@ class PolicyHead(nn.Module):
         return Normal(inputs, self.log_std.exp().expand_as(inputs))
 
     def log_prob_entropy(self, inputs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a|s) and the entropy, from the distribution's inputs (written out: cheaper than torch.distributions)."""
-        if self.discrete:
-            log_probs = torch.log_softmax(inputs, dim=-1)
-            logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            return logp, -(log_probs.exp() * log_probs).sum(-1)
-        log_std = self.log_std.expand_as(inputs)
-        z = (actions - inputs) / log_std.exp()
-        return (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1), (0.5 + HALF_LOG_2PI + log_std).sum(-1)
+        """log pi(a|s) and the entropy, from the distribution's inputs."""
+        return log_prob_entropy(inputs, actions, None if self.discrete else self.log_std)
 
     def sample(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions and their log-probabilities; without exploration the mode."""
