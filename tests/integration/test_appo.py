@@ -73,10 +73,12 @@ def test_a_killed_rollout_worker_is_replaced_and_training_goes_on() -> None:
         assert results[-1]["sampler"]["workerRestarts"] == 1
         assert algo.sampler.actors[0] is not victim
         assert all(r["learner"]["updates"] > 0 and r["timesteps"] > before["timesteps"] for r in results)
-        # The replacement samples again: both workers' episodes arrive after the kill.
+        # The replacement samples again: both workers' episodes arrive after the kill (a new actor
+        # takes a while to start on a busy machine).
         seen: set[int] = set()
         algo.episode_sink = lambda record: seen.add(record["worker"])
-        for _ in range(3):
+        deadline = time.monotonic() + 120
+        while seen != {1, 2} and time.monotonic() < deadline:
             algo.train()
         assert seen == {1, 2}
         report_figures("appo-rollout-worker-killed", replaced_after_seconds=replaced_after, training_stopped=False)
@@ -97,12 +99,12 @@ def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> 
         spaces = env_spaces("CartPole-v1")
         head = PolicyHead(spaces.observation_space, spaces.action_space, (16,), "tanh")
         queue.broadcast(state_dict_to_numpy(head), 1)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # two actors to start on a busy machine
         while len(queue.queue) < 3 and time.monotonic() < deadline:
             queue.poll(timeout=0.2)
         # Full: no new sample calls go out, so what can still arrive is what the workers already hold.
-        for _ in range(20):
-            queue.poll(timeout=0.05)
+        while queue.in_flight and time.monotonic() < deadline:
+            queue.poll(timeout=0.2)
         assert 3 <= len(queue.queue) <= 3 + 2 * 2
         assert not queue.in_flight and queue.backpressured_polls > 0
         assert {b.policy_version for b in queue.queue} == {1}
@@ -111,7 +113,7 @@ def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> 
         taken = queue.take(len(queue.queue))
         assert len(taken) >= 3
         arrived: list = []
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not arrived and time.monotonic() < deadline:
             arrived = queue.poll(timeout=0.5)  # returns while workers are dead; replacements sample again
         assert arrived and queue.restarts >= 1

@@ -29,6 +29,8 @@ class FragmentQueue:
         self.queue: deque[SampleBatch] = deque()
         self.in_flight: dict[Any, int] = {}  # sample call -> worker position
         self.backpressured_polls = 0
+        self.deaths_in_a_row = 0  # worker deaths since a fragment last arrived
+        self.max_deaths_in_a_row = 3 * max(1, num_workers)
         cpus = 1.0
         if num_workers > 0:
             import ray
@@ -78,7 +80,12 @@ class FragmentQueue:
                 continue  # its worker died and was replaced meanwhile
             try:
                 arrived.append(ray.get(ref))
+                self.deaths_in_a_row = 0
             except actor_died_errors():
+                self.deaths_in_a_row += 1
+                if self.deaths_in_a_row > self.max_deaths_in_a_row:
+                    raise RuntimeError(f"rollout workers died {self.deaths_in_a_row} times in a row without "
+                                       "returning a fragment; see the workers' logs") from None
                 self.in_flight = {r: p for r, p in self.in_flight.items() if p != position}
                 self.workers.replace(position)
         self.queue.extend(arrived)
