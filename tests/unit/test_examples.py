@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
-CLUSTER_READY = ["cartpole-apex.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml", "pong-apex.yaml",
+CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml", "pong-apex.yaml",
                  "pong-ppo.yaml", "halfcheetah-ppo.yaml"]
 
 

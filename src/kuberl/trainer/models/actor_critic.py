@@ -29,6 +29,19 @@ def _policy_net(observation_space: gym.Space, n_out: int, encoder: EncoderSpec) 
     return mlp(obs_size(observation_space), encoder.hidden, n_out, encoder.activation, out_gain=0.01)
 
 
+def log_prob_entropy(inputs: torch.Tensor, actions: torch.Tensor,
+                     log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) and the entropy from a distribution's inputs: Categorical logits, or a Gaussian's mean with
+    `log_std`. Written out: torch.distributions costs more than the math here."""
+    if log_std is None:
+        log_probs = torch.log_softmax(inputs, dim=-1)
+        logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return logp, -(log_probs.exp() * log_probs).sum(-1)
+    log_std = log_std.expand_as(inputs)
+    z = (actions - inputs) / log_std.exp()
+    return (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1), (0.5 + HALF_LOG_2PI + log_std).sum(-1)
+
+
 class Actor(nn.Module):
     """The policy: Categorical logits for Discrete actions; a Gaussian with a state-independent log-std for Box."""
 
@@ -53,18 +66,8 @@ class Actor(nn.Module):
         return self.log_prob_entropy_of(self.net(obs), actions)
 
     def log_prob_entropy_of(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a|s) and the policy's entropy from the net's output, written out: torch.distributions
-        costs more than the math here."""
-        if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
-            return logp, entropy
-        log_std = self.log_std.expand_as(out)
-        z = (actions - out) / log_std.exp()
-        logp = (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1)
-        entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
-        return logp, entropy
+        """log pi(a|s) and the policy's entropy from the net's output."""
+        return log_prob_entropy(out, actions, None if self.discrete else self.log_std)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.net(obs)

@@ -1,5 +1,5 @@
 """The policies rollout workers run: PPO's actor (in numpy for vectors, in torch on the CPU for
-images), and epsilon-greedy over a Q-network.
+images), epsilon-greedy over a Q-network, and IMPALA's policy head.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
 and loads the numpy weights the learner publishes.
@@ -18,6 +18,7 @@ from kuberl.trainer.learning.device import configure_cpu_threads, obs_tensor
 from kuberl.trainer.models.actor_critic import Actor
 from kuberl.trainer.models.encoders import EncoderSpec, is_image_space
 from kuberl.trainer.models.numpy_mlp import NumpyMLP
+from kuberl.trainer.models.policy_value import PolicyHead
 from kuberl.trainer.models.q_network import QNetwork, q_network
 from kuberl.trainer.models.weights import load_weights
 
@@ -149,3 +150,30 @@ class QPolicyFactory:
         torch.manual_seed(seed)
         network = q_network(observation_space, action_space, self.encoder, self.dueling)
         return QPolicy(network, int(action_space.n), seed)
+
+
+class PolicyHeadSampler:
+    """IMPALA's and APPO's behaviour policy: a CPU copy of the learner's PolicyHead; keeps each action's log-prob."""
+
+    def __init__(self, head: PolicyHead):
+        self.head = head.eval()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.head, weights)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        with torch.no_grad():
+            actions, logp = self.head.sample(torch.as_tensor(obs), explore)
+        return actions.numpy(), {"logp": logp.numpy().astype(np.float32)}
+
+
+@dataclass(frozen=True)
+class PolicyHeadFactory:
+    """Builds a worker's PolicyHeadSampler; a plain dataclass so that it pickles to Ray actors."""
+
+    encoder: EncoderSpec
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> PolicyHeadSampler:
+        configure_cpu_threads()
+        torch.manual_seed(seed)
+        return PolicyHeadSampler(PolicyHead(observation_space, action_space, self.encoder))
