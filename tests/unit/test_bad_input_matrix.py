@@ -113,6 +113,8 @@ def _names(errors: list[str], case: BadInput) -> bool:
 
 
 def _leaves(node: dict[str, Any], path: str = "") -> list[str]:
+    if path.endswith(".template"):  # cut from the Kubernetes schema: one field here, its refusals in _TEMPLATE
+        return [path]
     if "properties" in node:
         return [leaf for k, v in node["properties"].items() for leaf in _leaves(v, f"{path}.{k}" if path else k)]
     if node.get("type") == "array" and "properties" in node.get("items", {}):

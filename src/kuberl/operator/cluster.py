@@ -54,6 +54,14 @@ def _json(response: Any) -> dict[str, Any]:
     return json.loads(response.data)
 
 
+POD_GROUPS = "podgroups"
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
 class Cluster:
     def __init__(self, api: ApiClient):
         self.api = api
@@ -92,7 +100,22 @@ class Cluster:
                 return None
             raise
 
+    def pod_group(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        group, version = _group_version(api_version)
+        try:
+            return _json(self.custom.get_namespaced_custom_object(group, version, namespace, POD_GROUPS, name,
+                                                                  _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     # -- writes --
+
+    def patch_pod_group_spec(self, api_version: str, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        group, version = _group_version(api_version)
+        self.custom.patch_namespaced_custom_object(group, version, namespace, POD_GROUPS, name, {"spec": spec},
+                                                   _content_type=MERGE_PATCH, _preload_content=False)
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create a child; False when it already exists (a repeated reconcile makes nothing twice)."""
@@ -103,6 +126,8 @@ class Cluster:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
+            "PodGroup": lambda ns, obj, **kw: self.custom.create_namespaced_custom_object(
+                *_group_version(obj["apiVersion"]), ns, POD_GROUPS, obj, **kw),
         }
         try:
             creators[kind](namespace, body, _preload_content=False)
@@ -110,6 +135,9 @@ class Cluster:
             if exc.status == 409:
                 return False
             message = _api_message(exc)
+            if exc.status == 404 and kind == "PodGroup":  # the gang scheduler (its CRD) is not installed
+                raise Rejected(f"PodGroup {body['metadata']['name']!r}: the API {body['apiVersion']} is not "
+                               "installed; install the gang scheduler or drop spec.scheduling.gang") from None
             if exc.status in _REJECTED and "exceeded quota" not in message:
                 raise Rejected(f"{kind} {body['metadata']['name']!r} refused by the API server "
                                f"({exc.status}): {message}") from None

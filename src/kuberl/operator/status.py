@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, ROLE_LABEL
+from kuberl.operator.builders.podgroup import KUEUE_GATE
 
 EXIT_INVALID_SPEC = 2
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -27,6 +28,8 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
+# Under Kueue the pod group's size is fixed once queued (pod-group-total-count): a new size needs a new group.
+KUEUE_MUTABLE_FIELDS = tuple(f for f in MUTABLE_FIELDS if f != "workers.replicas")
 SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "lastCheckpoint")
 
 
@@ -45,6 +48,8 @@ class PodState:
     waiting_message: str = ""
     image: str = ""
     ip: str | None = None
+    gated: bool = False  # Kueue's admission gate is on: the pod group waits in its queue
+    disruption: str | None = None  # the reason of a DisruptionTarget condition (preempted, evicted)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Observation:
     trainer: dict[str, Any] | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
     failed_attempt: int = 0  # the highest attempt already counted as failed (annotation)
+    kueue: bool = False  # admitted by Kueue as a pod group (the experiment's queue-name label)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,9 @@ def pod_state(body: dict[str, Any]) -> PodState:
     except ValueError:
         attempt = 0
     containers = (body.get("spec") or {}).get("containers") or [{}]
+    gates = {g.get("name") for g in (body.get("spec") or {}).get("schedulingGates") or []}
+    disruption = next((c.get("reason") or "DisruptionTarget" for c in status.get("conditions") or []
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     return PodState(
         name=name, role=role, attempt=attempt, index=index,
         phase=status.get("phase") or "Pending",
@@ -133,6 +142,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
         termination_text=text[:1024],
         waiting_reason=waiting.get("reason"), waiting_message=waiting.get("message") or "",
         image=containers[0].get("image", ""), ip=status.get("podIP"),
+        gated=KUEUE_GATE in gates, disruption=disruption,
     )
 
 
@@ -152,18 +162,20 @@ def changed_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -
     return [k for k in keys if running.get(k) != desired.get(k)]
 
 
-def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str, Any]) -> tuple[str, ...]:
-    """The changes a running experiment cannot take (all but MUTABLE_FIELDS)."""
+def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str, Any],
+                    mutable: tuple[str, ...] = MUTABLE_FIELDS) -> tuple[str, ...]:
+    """The changes a running experiment cannot take (all but the `mutable` fields)."""
     if running_spec is None:
         return ()
     fields = changed_fields(running_spec, desired_spec)
-    return tuple(f"spec.{f}" for f in fields if not any(f == m or f.startswith(m + ".") for m in MUTABLE_FIELDS))
+    return tuple(f"spec.{f}" for f in fields if not any(f == m or f.startswith(m + ".") for m in mutable))
 
 
-def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -> dict[str, Any]:
+def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any],
+                        mutable: tuple[str, ...] = MUTABLE_FIELDS) -> dict[str, Any]:
     """The running spec with the mutable fields taken from the desired one (what a refused change keeps)."""
     result = json.loads(json.dumps(running_spec))
-    for path in MUTABLE_FIELDS:
+    for path in mutable:
         parts = path.split(".")
         source: Any = desired_spec
         for part in parts:
@@ -205,6 +217,7 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
     table = {
         # phase: (Ready, Succeeded, Reconciling, Stalled)
         "Pending": ("False", "Unknown", "True", "False"),
+        "Queued": ("False", "Unknown", "True", "False"),
         "Starting": ("False", "Unknown", "True", "False"),
         "Running": ("True" if ready else "False", "Unknown", "False" if ready else "True", "False"),
         "Suspended": ("False", "Unknown", "False", "False"),
@@ -217,6 +230,9 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
     if obs.refused_changes and phase not in TERMINAL_PHASES:
         message = (f"cannot change {', '.join(obs.refused_changes)} while the experiment runs; "
                    "suspend it first or create a new experiment")
+        if obs.kueue and "spec.workers.replicas" in obs.refused_changes:
+            message += (" (Kueue admits a pod group of a fixed size: suspend, change spec.workers.replicas "
+                        "and resume to queue a group of the new size)")
         conds = set_condition(conds, "Stalled", "True", "SpecChangeRefused", message, g, now)
     return conds
 
@@ -350,6 +366,9 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     prev_phase = obs.previous.get("phase")
     status = decision.status
 
+    preempted = next((p for p in obs.pods if p.role == "head" and p.attempt == attempt and p.disruption), None)
+    if preempted is not None and attempt > obs.failed_attempt:
+        return _head_preempted(decision, obs, attempt, preempted)
     if head is None:
         if any(p.role == "head" for p in obs.pods):  # the old head is still going away
             decision.requeue_after = 1.0
@@ -394,6 +413,9 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     if decision.create_workers and not created and prev_phase == "Running":
         decision.events.append(Event("Warning", "WorkerRecreated",
                                      f"creating worker pods {decision.create_workers} for attempt {attempt}"))
+    if head.phase == "Pending" and any(p.gated for p in obs.pods if not p.deleting and p.attempt == attempt):
+        return _finish(decision, obs, "Queued", "Queued",
+                       f"attempt {attempt}: the pod group waits for admission by Kueue ({KUEUE_GATE} gate)")
     if head.phase != "Running":
         return _finish(decision, obs, "Pending", "PodsPending", f"attempt {attempt}: head pod {head.phase}")
     trainer = obs.trainer or {}
@@ -428,6 +450,20 @@ def _head_failed(decision: Decision, obs: Observation, attempt: int, why: str,
                                      f"attempt {attempt} failed ({why}); restart {decision.restarts} of "
                                      f"{obs.backoff_limit} resumes from the last checkpoint"))
     return _finish(decision, obs, "Starting", "Restarting", f"attempt {attempt} failed: {why}")
+
+
+def _head_preempted(decision: Decision, obs: Observation, attempt: int, head: PodState) -> Decision:
+    """The cluster took the head away (Kueue preemption, eviction, a node drain: a DisruptionTarget
+    condition): the attempt closes without counting against backoffLimit and the next one resumes from
+    the last checkpoint."""
+    decision.failed_attempt = attempt
+    decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
+    decision.requeue_after = 0.5
+    decision.status["workers"] = 0
+    message = (f"attempt {attempt} preempted ({head.disruption}); the next attempt resumes from the last "
+               "checkpoint, not counted against backoffLimit")
+    decision.events.append(Event("Warning", "Preempted", message))
+    return _finish(decision, obs, "Pending", "Preempted", message, announce=False)
 
 
 def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None:
