@@ -9,7 +9,9 @@ what an operator needs: CRDs (registered directly or by creating CustomResourceD
 objects), the status and scale subresources, generation, label and field selectors, merge/JSON/
 strategic patches, PUT, finalizers and ownerReference garbage collection.
 
-Not emulated: schema validation of custom resources, admission, RBAC, graceful pod termination
+Admission: mutating hooks registered with `add_admission()` change objects on create, as a webhook
+would (the Kueue stand-in in kuberl_testing.kueue gates queued pods). Not emulated: schema validation of
+custom resources, validating admission, RBAC, graceful pod termination
 (pods are deleted at once; there is no kubelet). Everything listens on 127.0.0.1 only.
 
 Use it from async code with `serve_emulator()`, from sync code with `EmulatorThread`, or as a
@@ -28,7 +30,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -350,6 +352,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     _faults: list[list[Any]] = attrs.field(factory=list, init=False)
     _fault_hits: int = attrs.field(default=0, init=False)
     request_counts: collections.Counter[str] = attrs.field(factory=collections.Counter, init=False)
+    _admission: list[Callable[[str, str, dict[str, Any]], None]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -367,6 +370,10 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             kind=rtype.kind, namespaced=rtype.namespaced, singular=rtype.kind.lower(),
             verbs=_VERBS, subresources=subresources,
         )
+
+    def add_admission(self, hook: Callable[[str, str, dict[str, Any]], None]) -> None:
+        """A mutating admission hook: hook(group, plural, object) may change an object being created."""
+        self._admission.append(hook)
 
     def register_crd(self, crd: dict[str, Any]) -> None:
         spec = crd["spec"]
@@ -565,6 +572,8 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         if key in self._store:
             raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{name}" already exists')
         obj.update(apiVersion=rtype.api_version, kind=rtype.kind)
+        for hook in self._admission:
+            hook(rtype.group, rtype.plural, obj)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)
@@ -849,10 +858,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the emulator")
     parser.add_argument("--no-kuberl-crd", action="store_true", help="do not pre-register the RLExperiment CRD")
+    parser.add_argument("--kueue", action="store_true",
+                        help="gate queued pods as Kueue's webhook does (kuberl_testing.kueue)")
     args = parser.parse_args(argv)
 
     async def serve() -> None:
-        async with serve_emulator(args.port, with_kuberl_crd=not args.no_kuberl_crd) as (_, url):
+        async with serve_emulator(args.port, with_kuberl_crd=not args.no_kuberl_crd) as (emulator, url):
+            if args.kueue:
+                from kuberl_testing.kueue import kueue_webhook
+
+                emulator.add_admission(kueue_webhook)
             if args.kubeconfig:
                 write_kubeconfig(args.kubeconfig, url)
             print(url, flush=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+from kopf._core.engines import posting as kopf_posting  # pinned Kopf (<1.46): see _remember_posting
 
 from kuberl.api.types import GROUP, PLURAL, VERSION
 from kuberl.operator import metrics
@@ -73,6 +74,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.next_poll = {}
     memo.retries = {}
     memo.retry_tasks = set()
+    memo.posting = {}  # Kopf's event queue, for the poll loop's passes
     memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
@@ -166,9 +168,23 @@ def _forget(memo: kopf.Memo, key: tuple[str, str]) -> None:
     metrics.publish_phases(memo.phases)
 
 
+def _remember_posting(memo: kopf.Memo) -> None:
+    """Kopf sets its event queue in context variables of each object's handler task only; the poll loop,
+    started at start-up, borrows them from the first handler so that its passes can post Events too."""
+    if not memo.posting:  # a container shared by the per-object memos (see the module doc)
+        memo.posting.update(loop=kopf_posting.event_queue_loop_var.get(), queue=kopf_posting.event_queue_var.get())
+
+
+def _restore_posting(memo: kopf.Memo) -> None:
+    if memo.posting:
+        kopf_posting.event_queue_loop_var.set(memo.posting["loop"])
+        kopf_posting.event_queue_var.set(memo.posting["queue"])
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
                            logger: logging.Logger, **_: Any) -> None:
+    _remember_posting(memo)
     key = (namespace, name)
     meta = body.get("metadata", {})
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
@@ -204,6 +220,7 @@ async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
     One loop for all experiments, each on its own schedule so that polls spread out."""
     while True:
         await asyncio.sleep(POLL_TICK)
+        _restore_posting(memo)
         now = time.monotonic()
         due = [key for key, at in memo.next_poll.items() if at <= now]
         for key in due:
