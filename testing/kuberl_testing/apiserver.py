@@ -26,6 +26,7 @@ import collections
 import contextlib
 import copy
 import datetime
+import functools
 import json
 import re
 import threading
@@ -864,10 +865,10 @@ def main(argv: list[str] | None = None) -> None:
 
     async def serve() -> None:
         async with serve_emulator(args.port, with_kuberl_crd=not args.no_kuberl_crd) as (emulator, url):
-            if args.kueue:
+            if args.kueue:  # the gate and label, not the finalizer: no Kueue controller would remove it
                 from kuberl_testing.kueue import kueue_webhook
 
-                emulator.add_admission(kueue_webhook)
+                emulator.add_admission(functools.partial(kueue_webhook, finalizer=False))
             if args.kubeconfig:
                 write_kubeconfig(args.kubeconfig, url)
             print(url, flush=True)

@@ -23,7 +23,8 @@ STOPPED_REASON = "StoppedByKueue"
 MERGE_PATCH = "application/merge-patch+json"
 
 
-def kueue_webhook(group: str, plural: str, obj: dict[str, Any]) -> None:
+def kueue_webhook(group: str, plural: str, obj: dict[str, Any], *, finalizer: bool = True) -> None:
+    """`finalizer=False` where no Kueue controller runs that would ever remove it (the e2e stand-in)."""
     if group or plural != "pods" or not (obj["metadata"].get("labels") or {}).get(QUEUE_LABEL):
         return
     spec = obj.setdefault("spec", {})
@@ -32,7 +33,7 @@ def kueue_webhook(group: str, plural: str, obj: dict[str, Any]) -> None:
         gates.append({"name": KUEUE_GATE})
     obj["metadata"].setdefault("labels", {})[MANAGED_LABEL] = "true"
     finalizers = obj["metadata"].setdefault("finalizers", [])
-    if FINALIZER not in finalizers:
+    if finalizer and FINALIZER not in finalizers:
         finalizers.append(FINALIZER)
 
 
