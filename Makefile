@@ -35,7 +35,8 @@ e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=ki
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
 
-crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from the API types
+crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRD and docs/manifest.md
+	$(BIN)/python -m kuberl.api.podtemplate
 	$(BIN)/python -m kuberl.api.crd
 	$(BIN)/python -m kuberl.api.reference
 

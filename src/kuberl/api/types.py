@@ -146,7 +146,7 @@ class PodSpec(_Model):
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
     node_selector: dict[str, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    template: PodTemplate | None = Field(None, description="Merged onto the built pod (see PodTemplate).")
+    template: PodTemplate | None = Field(None, description=template_schema()["description"])
 
     @field_validator("node_selector")
     @classmethod
