@@ -126,8 +126,7 @@ class Cluster:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
-            "PodGroup": lambda ns, obj, **kw: self.custom.create_namespaced_custom_object(
-                *_group_version(obj["apiVersion"]), ns, POD_GROUPS, obj, **kw),
+            "PodGroup": self._create_pod_group,
         }
         try:
             creators[kind](namespace, body, _preload_content=False)
@@ -143,6 +142,10 @@ class Cluster:
                                f"({exc.status}): {message}") from None
             raise
         return True
+
+    def _create_pod_group(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        group, version = _group_version(body["apiVersion"])
+        return self.custom.create_namespaced_custom_object(group, version, namespace, POD_GROUPS, body, **kwargs)
 
     def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.core.patch_namespaced_config_map(name, namespace, {"data": data}, _content_type=MERGE_PATCH,
