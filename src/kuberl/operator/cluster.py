@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -57,6 +58,16 @@ def _json(response: Any) -> dict[str, Any]:
 POD_GROUPS = "podgroups"
 
 
+def _or_none(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+    """A read's object, or None when it does not exist."""
+    try:
+        return _json(read(*args, _preload_content=False))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def _group_version(api_version: str) -> tuple[str, str]:
     group, _, version = api_version.rpartition("/")
     return group, version
@@ -72,43 +83,21 @@ class Cluster:
     # -- reads --
 
     def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                                  _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
                                                    _preload_content=False))["items"]
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.core.read_namespaced_secret(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.core.read_namespaced_secret, name, namespace)
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.core.read_namespaced_config_map, name, namespace)
 
     def pod_group(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
         group, version = _group_version(api_version)
-        try:
-            return _json(self.custom.get_namespaced_custom_object(group, version, namespace, POD_GROUPS, name,
-                                                                  _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.custom.get_namespaced_custom_object, group, version, namespace, POD_GROUPS, name)
 
     # -- writes --
 
