@@ -4,8 +4,8 @@
 label gets the `kueue.x-k8s.io/admission` scheduling gate, the `kueue.x-k8s.io/managed` label and
 Kueue's finalizer. `admit` is Kueue admitting the group: it removes the gate from every pod of the group.
 `preempt` is Kueue stopping an admitted group: a DisruptionTarget condition on each pod, then a delete
-(the finalizer keeps the pod visible until `release` removes it, as Kueue does once it has accounted
-for it).
+(the finalizer keeps the pod visible until `release` removes it, as Kueue does once the group is
+finished: with `retriable-in-group: "false"`, when none of its pods runs or waits any more).
 """
 
 from __future__ import annotations

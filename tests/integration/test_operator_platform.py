@@ -64,6 +64,7 @@ def test_queued_experiment_waits_for_kueue_then_runs(harness, ns):
             assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "research"
             assert meta["labels"]["kueue.x-k8s.io/pod-group-name"] == "q-a1"
             assert meta["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "3"
+            assert meta["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
             assert pod["spec"]["schedulingGates"] == [GATE]  # Kueue's webhook gated it
         wait_for(lambda: harness.status(ns, "q").get("phase") == "Queued", what="phase Queued")
         ready = harness.condition(ns, "q", "Ready")

@@ -89,6 +89,8 @@ def test_kueue_labels_every_pod_as_one_group_of_the_attempt():
         assert labels["kueue.x-k8s.io/queue-name"] == "research"
         assert labels["kueue.x-k8s.io/pod-group-name"] == "cartpole-a3"
         assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "3"
+        # The operator retries with a new group: this one ends once none of its pods runs.
+        assert annotations["kueue.x-k8s.io/retriable-in-group"] == "false"
         assert labels["kuberl.io/experiment"] == "cartpole"  # the operator's labels stay
         assert annotations["kuberl.io/attempt"] == "3"
         # Kueue's own parts are Kueue's: its webhook gates the pods and marks them managed.

@@ -5,7 +5,11 @@ workers created as one Kueue pod group: every pod carries the queue-name label, 
 `kueue.x-k8s.io/pod-group-name` label and the `kueue.x-k8s.io/pod-group-total-count` annotation. Kueue
 does the rest itself: its webhook adds the `kueue.x-k8s.io/admission` scheduling gate (and its
 `kueue.x-k8s.io/managed` label and finalizer), and it removes the gate from the whole group once the
-group is admitted. Each attempt is its own group (a new head forms a new group).
+group is admitted. Each attempt is its own group (a new head forms a new group), marked
+`kueue.x-k8s.io/retriable-in-group: "false"`: the operator, not Kueue, retries, so a group is finished
+(and Kueue lets go of its pods' finalizers) as soon as none of its pods runs or waits. Without that,
+Kueue would hold every deleted pod of a failed, preempted, suspended or finished attempt until
+replacement pods joined the same group, and a new attempt could never reuse the pods' names.
 
 Gang scheduling (`spec.scheduling.gang`): the scheduler's PodGroup with minMember = head + workers and
 the summed requests, and on every pod the scheduler's name and the group label or annotation.
@@ -27,6 +31,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"  # a WorkloadPriorityClass, passed on as is
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_GATE = "kueue.x-k8s.io/admission"  # Kueue's own scheduling gate (its webhook adds it)
 
 
@@ -74,6 +79,7 @@ def place_pod(pod: dict[str, Any], placement: Placement, owner: Owner, *, attemp
         meta["labels"][QUEUE_LABEL] = placement.queue
         meta["labels"][KUEUE_GROUP_LABEL] = names.kueue_group_name(owner.name, attempt)
         meta["annotations"][KUEUE_TOTAL_ANNOTATION] = str(total)
+        meta["annotations"][KUEUE_RETRIABLE_ANNOTATION] = "false"
         if placement.kueue_priority:
             meta["labels"][KUEUE_PRIORITY_LABEL] = placement.kueue_priority
     if placement.gang:
