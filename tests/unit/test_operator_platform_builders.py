@@ -313,3 +313,20 @@ def test_storage_credentials_belong_to_the_secret_ref_only_when_one_is_set():
     experiment(head={"template": template})  # no secretRef: a region for IRSA and the like is fine
     errors = _errors("head", template, storage={"uri": "s3://bucket/runs", "secretRef": {"name": "s3"}})
     assert errors == ["spec.head.template.spec.containers[0].env[0].name: 'AWS_REGION' is set by the operator"]
+
+
+@pytest.mark.parametrize("spec", [
+    {},
+    {"head": {"gpus": 1, "nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+     "learner": {"gpus": 1}},
+    {"storage": {"uri": "s3://bucket/runs", "secretRef": {"name": "s3"}}, "serviceAccountName": "trainer",
+     "priorityClassName": "high", "workers": {"replicas": 2, "gpus": 2}},
+    {"scheduling": {"gang": True, "schedulerName": "scheduler-plugins"}, "head": {"template": TEMPLATE}},
+], ids=["plain", "gpu-head", "secret-sa-priority", "gang-template"])
+def test_every_built_pod_passes_strict_kubernetes_validation(spec):
+    exp = experiment(labels=QUEUE, **spec)
+    placement = placement_of(QUEUE, exp)
+    pods = pods_of(exp, placement)  # validates each pod
+    group = build_pod_group(exp, OWNER, placement, pods[0], pods[1] if len(pods) > 1 else None)
+    if group is not None:
+        validate_strict(group)
