@@ -67,7 +67,7 @@ ray.shutdown()
 
 
 def apex_config(workers: int, shards: int, seed: int, **training: Any):
-    from kuberl.trainer.apex import ApexDQNConfig
+    from kuberl.trainer.algorithms.apex import ApexDQNConfig
 
     return (
         ApexDQNConfig().environment("CartPole-v1").rollouts(workers=workers, envs_per_worker=8, fragment_length=64)
@@ -229,7 +229,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    from kuberl.trainer.ray_runtime import init_ray
+    from kuberl.trainer.distributed.ray_runtime import init_ray
 
     init_ray()
     throughput = []

@@ -60,7 +60,7 @@ SOLVED = {"CartPole-v1": 450.0, "Acrobot-v1": -100.0, "Pendulum-v1": -250.0}
 
 
 def run_kuberl(target: float, seed: int, cap_seconds: float, workers: int, env: str = "CartPole-v1") -> dict[str, Any]:
-    from kuberl.trainer.ppo import PPOConfig
+    from kuberl.trainer.algorithms.ppo import PPOConfig
 
     started = time.perf_counter()
     algo = PPOConfig().environment(env).rollouts(workers=workers).debugging(seed=seed).build()
@@ -90,7 +90,7 @@ def run_kuberl(target: float, seed: int, cap_seconds: float, workers: int, env: 
 
 def kuberl_sampling_throughput(seconds: float, envs: int, fragment: int) -> float:
     """Env steps/s of a workers=0 rollout worker alone (PPO's numpy policy, no learning)."""
-    from kuberl.trainer.ppo import PPOConfig
+    from kuberl.trainer.algorithms.ppo import PPOConfig
 
     algo = PPOConfig().environment("CartPole-v1").rollouts(envs_per_worker=envs, fragment_length=fragment).build()
     try:

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -27,12 +26,7 @@ from kuberl_testing.lifecycle_load import (
     experiment,
     watch_children,
 )
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    """(current RSS, peak RSS) of a process in MB, from /proc."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+from kuberl_testing.measure import peak_rss_mb, quantile, rss_mb
 
 
 def cpu_seconds(pid: int) -> float:
@@ -62,7 +56,7 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
         watcher = asyncio.create_task(watch_children(session, seen, gone, ready))
         await ready.wait()
         await asyncio.sleep(0.5)
-        rss_before, _ = rss_mb(operator_pid)
+        rss_before = rss_mb(operator_pid)
         cpu_before = cpu_seconds(operator_pid), cpu_seconds(emulator_pid)
         started = time.perf_counter()
         for round_ in range(rounds):
@@ -92,21 +86,20 @@ async def run_bench(url: str, operator_pid: int, emulator_pid: int, count: int, 
                 while time.perf_counter() < deadline + timeout and not every_child <= gone.keys():
                     await asyncio.sleep(0.05)
                 deletions.append(max(gone.get(c, time.perf_counter()) for c in every_child) - deleted_at)
-            rss_rounds.append(round(rss_mb(operator_pid)[0], 1))
+            rss_rounds.append(round(rss_mb(operator_pid), 1))
         total = time.perf_counter() - started
         async with session.get("/_emulator/requests") as resp:
             requests = await resp.json()
-        rss_after, rss_peak = rss_mb(operator_pid)
+        rss_after, rss_peak = rss_mb(operator_pid), peak_rss_mb(operator_pid)
         cpu_operator = cpu_seconds(operator_pid) - cpu_before[0]
         cpu_emulator = cpu_seconds(emulator_pid) - cpu_before[1]
         watcher.cancel()
     latencies.sort()
     done = len(latencies)
-    quantile = statistics.quantiles(latencies, n=100, method="inclusive") if done >= 2 else latencies * 99
     return {"experiments": count * rounds, "rounds": rounds, "workers_each": workers, "complete": done,
             "total_seconds": round(total, 2),
-            "p50_seconds": round(quantile[49], 3) if done else None,
-            "p99_seconds": round(quantile[98], 3) if done else None,
+            "p50_seconds": round(quantile(latencies, 0.5), 3) if done else None,
+            "p99_seconds": round(quantile(latencies, 0.99), 3) if done else None,
             "max_seconds": round(latencies[-1], 3) if done else None,
             "delete_seconds_per_round": [round(d, 2) for d in deletions], "p99_seconds_per_round": round_p99,
             "operator_rss_mb_before": round(rss_before, 1), "operator_rss_mb_after": round(rss_after, 1),

@@ -132,7 +132,7 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="write the samples and the summary here")
     args = parser.parse_args()
 
-    from kuberl.trainer.apex import ApexDQNConfig
+    from kuberl.trainer.algorithms.apex import ApexDQNConfig
 
     algo = (ApexDQNConfig().environment("CartPole-v1")
             .rollouts(workers=args.workers, envs_per_worker=8, fragment_length=32)

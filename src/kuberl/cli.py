@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 from kuberl import __version__
+from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INVALID_SPEC
+from kuberl.operator.main import add_arguments as add_operator_arguments
+from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
 EXIT_INTERRUPTED = 130
 
 _DESCRIPTION = """\
@@ -59,7 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     experiment = _load(args)
     errors = []
     if not args.skip_env_checks:
-        from kuberl.trainer.checks import env_errors
+        from kuberl.trainer.run.checks import env_errors
 
         errors.extend(env_errors(experiment))
     if args.cluster:
@@ -71,7 +73,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from kuberl.trainer.driver import TrainOptions, run_training
+    from kuberl.trainer.run.driver import TrainOptions, run_training
 
     experiment = _load(args)
     options = TrainOptions(
@@ -86,7 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from kuberl.trainer.evaluate import evaluate_checkpoint
+    from kuberl.trainer.run.evaluate import evaluate_checkpoint
 
     report = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, endpoint=args.endpoint, seed=args.seed)
     print(report)
@@ -94,21 +96,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_traces(args: argparse.Namespace) -> int:
-    from kuberl.trainer.traces_report import report
+    from kuberl.trainer.run.traces_report import report
 
     print(report(args.uri, endpoint=args.endpoint, png_path=args.png))
-    return 0
-
-
-def cmd_operator(args: argparse.Namespace) -> int:
-    from kuberl.operator.main import run_operator
-
-    run_operator(
-        namespaces=args.namespace or [],
-        all_namespaces=args.all_namespaces,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-    )
     return 0
 
 
@@ -140,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line, only the summary")
     p.add_argument("--in-cluster", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--status-port", type=int, default=None, metavar="PORT",
-                   help="serve /status and /metrics on this port (default 8080 in a cluster, off locally)")
+                   help=f"serve /status and /metrics on this port (default {DEFAULT_STATUS_PORT} in a cluster, off locally)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("validate", help="check a manifest without training")
@@ -163,11 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_traces)
 
     p = sub.add_parser("operator", help="run the Kubernetes operator")
-    p.add_argument("--namespace", action="append", metavar="NS", help="watch this namespace (repeatable)")
-    p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
-    p.add_argument("--metrics-port", type=int, default=9090)
-    p.add_argument("--health-port", type=int, default=8081)
-    p.set_defaults(func=cmd_operator)
+    add_operator_arguments(p)
+    p.set_defaults(func=run_operator_from_arguments)
 
     p = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
@@ -198,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, StorageError):
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        from kuberl.trainer.storage.faults import StoreUnavailable
+
+        if isinstance(exc, StoreUnavailable):  # a store unwell past the retry deadline: retryable
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         raise
 
 

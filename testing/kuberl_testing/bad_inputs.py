@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuberl.api.hyperparams import HYPERPARAMS
+from kuberl.api.algorithms import HYPERPARAMS
 from kuberl.api.types import API_VERSION, KIND
 
 WRONG_TYPE = "wrong-type"

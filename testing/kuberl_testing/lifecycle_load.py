@@ -15,24 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from kuberl_testing.measure import RssSampler, histogram_count, histogram_quantile, quantile
 from kuberl_testing.ports import free_port
+from kuberl_testing.stand_in_trainers import StandInTrainers
 
 NAMESPACE = "load"
 CHILD_PATHS = {
@@ -56,110 +53,6 @@ def children(name: str, workers: int) -> set[tuple[str, str]]:
     pods = {("pods", f"{name}-head")} | {("pods", f"{name}-worker-{i}") for i in range(workers)}
     return pods | {("configmaps", f"{name}-config"), ("services", f"{name}-head"),
                    ("secrets", f"{name}-ray-token"), ("networkpolicies", f"{name}-ray")}
-
-
-def quantile(values: list[float], q: float) -> float | None:
-    """The q-quantile (0..1) of values, inclusive method; None for no values."""
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
-
-
-def histogram_quantile(text: str, metric: str, q: float) -> float | str | None:
-    """The upper bound of the bucket holding the q-quantile of a Prometheus histogram (text format);
-    beyond the largest bound, ">BOUND" (JSON has no infinity)."""
-    buckets = []
-    for match in re.finditer(rf'^{metric}_bucket{{le="([^"]+)"}} ([0-9.e+]+)$', text, re.MULTILINE):
-        buckets.append((float(match[1]), float(match[2])))
-    if not buckets or buckets[-1][1] == 0:
-        return None
-    total = buckets[-1][1]
-    bound = next(le for le, count in buckets if count >= q * total)
-    return bound if math.isfinite(bound) else f">{buckets[-2][0]:g}"
-
-
-def histogram_count(text: str, metric: str) -> int:
-    match = re.search(rf"^{metric}_count ([0-9.e+]+)$", text, re.MULTILINE)
-    return int(float(match[1])) if match else 0
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-class RssSampler:
-    """The RSS of one process every `interval` seconds, in a thread: peak and last."""
-
-    def __init__(self, pid: int, interval: float = 0.25) -> None:
-        self.pid, self.interval = pid, interval
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(OSError, RuntimeError):
-                self.samples.append(rss_mb(self.pid))
-            self._stop.wait(self.interval)
-
-    def now(self) -> float:
-        return round(rss_mb(self.pid), 1)
-
-    @property
-    def peak(self) -> float:
-        return round(max(self.samples, default=0.0), 1)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-class StandInTrainers:
-    """`count` HTTP servers on 127.0.0.{first}.. answering GET /status like a training head whose
-    iteration grows by `rate` per second."""
-
-    def __init__(self, count: int, port: int, first: int = 60, rate: float = 4.0) -> None:
-        self.port, self.rate = port, rate
-        self.started = time.monotonic()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                iteration = outer.iteration()
-                body = json.dumps({"phase": "Running", "attempt": 1, "iteration": iteration,
-                                   "timesteps": iteration * 128, "episodeReturnMean": 20.0 + iteration % 100,
-                                   "lastCheckpoint": None}).encode()
-                self.send_response(200 if self.path == "/status" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.ips = [f"127.0.0.{first + i}" for i in range(count)]
-        self._servers = [ThreadingHTTPServer((ip, port), Handler) for ip in self.ips]
-        for server in self._servers:
-            server.daemon_threads = True
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-
-    def iteration(self) -> int:
-        return 1 + int((time.monotonic() - self.started) * self.rate)
-
-    def close(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
 
 
 async def watch_children(session: aiohttp.ClientSession, seen: dict[tuple[str, str], float],

@@ -185,13 +185,14 @@ class OperatorHarness:
 
     def set_pod_status(self, namespace: str, name: str, phase: str, *, ip: str | None = None,
                        exit_code: int | None = None, message: str | dict[str, Any] | None = None,
-                       waiting: str | None = None) -> None:
-        """Write a pod's status as the kubelet would (phase, pod IP, container state)."""
+                       waiting: str | None = None, reason: str | None = None) -> None:
+        """Write a pod's status as the kubelet would (phase, pod IP, container state); `reason`: the
+        terminated container's (Completed or Error by default; OOMKilled for one killed at its limit)."""
         state: dict[str, Any] = {}
         if exit_code is not None:
             text = json.dumps(message) if isinstance(message, dict) else (message or "")
             state = {"terminated": {"exitCode": exit_code, "message": text,
-                                    "reason": "Completed" if exit_code == 0 else "Error"}}
+                                    "reason": reason or ("Completed" if exit_code == 0 else "Error")}}
         elif waiting:
             state = {"waiting": {"reason": waiting, "message": f"{waiting}: simulated"}}
         elif phase == "Running":
@@ -207,7 +208,7 @@ class OperatorHarness:
     def created_count(self, namespace: str, plural: str, name: str, group: str = "") -> int:
         """How many times an object was created (ADDED events in the emulator's log)."""
         def count() -> int:
-            return sum(1 for e in self.emulator._events
+            return sum(1 for e in self.emulator.history.events
                        if e.type == "ADDED" and e.group == group and e.plural == plural
                        and e.obj["metadata"].get("namespace") == namespace and e.obj["metadata"]["name"] == name)
         return self.emulator_thread.call(count)

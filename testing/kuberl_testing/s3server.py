@@ -12,7 +12,8 @@ server refuses everything, as a store that went away would.
 
 Faults for tests, each cleared by clear(): stall(pattern) holds matching PUTs (a write stuck
 mid-way), slow(seconds) delays every request (a throttled store), fail(status, ...) answers
-500 InternalError or 503 SlowDown to a fraction of the requests or to those matching a pattern.
+500 InternalError or 503 SlowDown to a fraction of the requests, to those matching a pattern or
+HTTP methods, forever or for the first `seconds` (then the store answers again by itself).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class _Failure:
     status: int
     fraction: float
     pattern: str | None
+    methods: frozenset[str] | None = None
+    until: float | None = None  # time.monotonic() when the failure ends by itself
 
 
 def _drain_body(environ: dict[str, Any]) -> None:
@@ -155,14 +158,20 @@ class S3Server:
             raise ValueError("slow(): seconds must be >= 0")
         self._delay = float(seconds)
 
-    def fail(self, status: int = 500, *, fraction: float = 1.0, pattern: str | None = None) -> None:
+    def fail(self, status: int = 500, *, fraction: float = 1.0, pattern: str | None = None,
+             methods: tuple[str, ...] | None = None, seconds: float | None = None) -> None:
         """Answer `status` (500 InternalError or 503 SlowDown) instead of serving a request:
-        each request with probability `fraction`, only those whose path contains `pattern` if given."""
+        each request with probability `fraction`, only those whose path contains `pattern` and whose
+        HTTP method is one of `methods` if given; for the next `seconds` only if given."""
         if status not in _ERRORS:
             raise ValueError(f"fail(): status must be one of {sorted(_ERRORS)}, not {status}")
         if not 0.0 <= fraction <= 1.0:
             raise ValueError("fail(): fraction must be between 0 and 1")
-        self._failure = _Failure(status, fraction, pattern)
+        if seconds is not None and seconds <= 0:
+            raise ValueError("fail(): seconds must be > 0")
+        until = time.monotonic() + seconds if seconds is not None else None
+        chosen = frozenset(m.upper() for m in methods) if methods else None
+        self._failure = _Failure(status, fraction, pattern, chosen, until)
 
     def clear(self) -> None:
         """End every fault: stalled writes are released, no delay, no injected errors."""
@@ -174,6 +183,10 @@ class S3Server:
         """The status to fail this request with, or None to serve it."""
         failure = self._failure
         if failure is None or (failure.pattern and failure.pattern not in environ.get("PATH_INFO", "")):
+            return None
+        if failure.methods and environ.get("REQUEST_METHOD", "") not in failure.methods:
+            return None
+        if failure.until is not None and time.monotonic() >= failure.until:
             return None
         if failure.fraction < 1.0 and random.random() >= failure.fraction:
             return None

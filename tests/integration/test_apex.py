@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kuberl.trainer.apex import ApexDQNConfig
+from kuberl.trainer.algorithms.apex import ApexDQNConfig
 from kuberl_testing.fault_figures import report_figures
 
 pytestmark = pytest.mark.slow

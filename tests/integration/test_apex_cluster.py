@@ -12,7 +12,7 @@ def two_node_cluster(monkeypatch):
     import ray
     from ray.cluster_utils import Cluster
 
-    from kuberl.trainer.ray_runtime import init_ray
+    from kuberl.trainer.distributed.ray_runtime import init_ray
 
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     if ray.is_initialized():
@@ -33,7 +33,7 @@ def two_node_cluster(monkeypatch):
 def test_apex_trains_with_workers_spread_over_two_nodes(two_node_cluster) -> None:
     import ray
 
-    from kuberl.trainer.apex import ApexDQNConfig
+    from kuberl.trainer.algorithms.apex import ApexDQNConfig
 
     nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
     assert sorted(nodes.values()) == ["127.0.0.3", "127.0.0.4"]

@@ -8,8 +8,7 @@ import json
 import aiohttp
 import pytest
 
-from kuberl_testing import apiserver
-from kuberl_testing.apiserver import serve_emulator
+from kuberl_testing.apiserver import history, serve_emulator
 
 PODS = "/api/v1/namespaces/ns/pods"
 RLX = "/apis/kuberl.io/v1alpha1/namespaces/ns/rlexperiments"
@@ -88,7 +87,7 @@ async def test_watch_replays_only_events_after_the_given_resource_version(api):
 
 async def test_watch_from_an_expired_resource_version_is_410_gone(api, monkeypatch):
     _, s = api
-    monkeypatch.setattr(apiserver, "MAX_EVENTS_KEPT", 2)
+    monkeypatch.setattr(history, "MAX_EVENTS_KEPT", 2)
     for i in range(8):
         await call(s, "POST", PODS, pod(f"p{i}"))
     events = await read_events(s, f"{PODS}?watch=true&resourceVersion=1", 1)

@@ -24,7 +24,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kuberl_testing.apiserver import EmulatorThread, KubeApiEmulator, _resource_target, write_kubeconfig
+from kuberl_testing.apiserver import EmulatorThread, KubeApiEmulator, resource_target, write_kubeconfig
 from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
 from kuberl_testing.operator_harness import experiment_body, wait_for
@@ -92,7 +92,7 @@ class RequestRecorder:
         recorder = self
 
         async def recording(emulator: KubeApiEmulator, raw_request: Any) -> Any:
-            target = _resource_target(raw_request.path)
+            target = resource_target(raw_request.path)
             if recorder.enabled and target and raw_request.headers.get("Authorization") != f"Bearer {TEST_TOKEN}":
                 group, plural, _, name, sub = target
                 method = raw_request.method.upper()

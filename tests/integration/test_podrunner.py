@@ -13,7 +13,8 @@ import pytest
 from kubernetes import client as k8s
 
 from kuberl_testing.apiserver import EmulatorThread
-from kuberl_testing.podrunner import PodRunner, RunnerOptions, free_port
+from kuberl_testing.podrunner import PodRunner, RunnerOptions
+from kuberl_testing.ports import free_port
 
 NS = "default"
 PY = sys.executable
@@ -209,7 +210,7 @@ def test_stopping_the_runner_stops_every_pod(tmp_path):
 RAY_DRIVER = """
 import json, os, time
 import ray
-from kuberl.trainer.ray_runtime import init_ray
+from kuberl.trainer.distributed.ray_runtime import init_ray
 init_ray(os.environ["RAY_ADDRESS"])
 deadline = time.time() + 60
 while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kuberl.trainer.ppo import PPOConfig
-from kuberl.trainer.ray_runtime import init_ray
+from kuberl.trainer.algorithms.ppo import PPOConfig
+from kuberl.trainer.distributed.ray_runtime import init_ray
 
 pytestmark = pytest.mark.slow
 

@@ -50,6 +50,13 @@ def test_fault_modes_answer_like_an_unwell_store(s3: S3Server, s3_bucket: str) -
         except ClientError as e:
             return f"{e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error']['Code']}"
 
+    def get_code(key: str) -> str:
+        try:
+            plain.get_object(Bucket=s3_bucket, Key=key)["Body"].read()
+            return "OK"
+        except ClientError as e:
+            return f"{e.response['ResponseMetadata']['HTTPStatusCode']} {e.response['Error']['Code']}"
+
     try:
         s3.fail(500)
         assert code_of("a") == "500 InternalError"
@@ -66,6 +73,16 @@ def test_fault_modes_answer_like_an_unwell_store(s3: S3Server, s3_bucket: str) -
         s3.clear()
     started = time.monotonic()
     assert code_of("c") == "OK" and time.monotonic() - started < 0.3
+    try:
+        s3.fail(503, methods=("GET",), seconds=1.0)
+        assert code_of("d") == "OK"  # a PUT is not a chosen method
+        assert get_code("d") == "503 SlowDown"
+        time.sleep(1.1)
+        assert get_code("d") == "OK"  # the failure ended by itself
+    finally:
+        s3.clear()
+    with pytest.raises(ValueError, match="seconds"):
+        s3.fail(503, seconds=0)
     with pytest.raises(ValueError, match="status"):
         s3.fail(404)
     with pytest.raises(ValueError, match="fraction"):

@@ -20,6 +20,7 @@ from kuberl.trainer.storage.checkpoints import (
     restore_latest,
     write_checkpoint,
 )
+from kuberl.trainer.storage.faults import TransientStorageError
 from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.s3 import S3Store
 from kuberl.trainer.storage.traces import read_traces
@@ -82,9 +83,16 @@ def test_endpoint_from_the_standard_aws_environment(s3: S3Server, s3_bucket: str
 def test_check_names_the_uri_for_errors_no_retry_fixes(s3: S3Server) -> None:
     with pytest.raises(StorageError, match=r"s3://no-such-bucket/p: bucket 'no-such-bucket' does not exist"):
         S3Store("s3://no-such-bucket/p", endpoint=s3.endpoint).check()
+    with pytest.raises(StorageError, match=r"storage\.endpoint: 'not a url' is not a valid URL"):
+        S3Store("s3://b/p", endpoint="not a url").check()
+
+
+def test_check_says_transient_for_an_endpoint_that_refuses(s3: S3Server) -> None:
+    # A refused connection is the store's pod restarting as often as a wrong port: retried by the
+    # caller for a while (faults.retry_transient), never a StorageError (exit 2).
     dead = f"http://127.0.0.1:{_closed_port()}"
     started = time.monotonic()
-    with pytest.raises(StorageError, match=r"s3://b/p: cannot reach the S3 endpoint at http://127\.0\.0\.1"):
+    with pytest.raises(TransientStorageError, match=r"s3://b/p: cannot reach the S3 endpoint at http://127\.0\.0\.1"):
         S3Store("s3://b/p", endpoint=dead).check()
     assert time.monotonic() - started < 20
 

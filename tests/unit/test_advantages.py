@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kuberl.trainer.advantages import compute_gae
+from kuberl.trainer.learning.gae import compute_gae
 
 
 def column(*values: float) -> np.ndarray:

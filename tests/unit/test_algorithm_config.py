@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from kuberl.api.validation import ManifestError
-from kuberl.trainer.config import AlgorithmConfig, algorithm_config_for
-from kuberl.trainer.ppo import PPO, PPOConfig
+from kuberl.trainer.algorithms.config import AlgorithmConfig, algorithm_config_for
+from kuberl.trainer.algorithms.ppo import PPO, PPOConfig
 
 
 def error_paths(config: AlgorithmConfig) -> dict[str, str]:

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from kuberl import cli
+from kuberl.api.algorithms import HYPERPARAMS
 from kuberl.api.crd import build_crd
-from kuberl.api.hyperparams import HYPERPARAMS
 from kuberl.api.types import DNS_SUBDOMAIN_PATTERN
 from kuberl.api.validation import INT64_RANGE, ManifestError, load_manifest, parse_yaml
 from kuberl.operator.reconcile import validate_body

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.dqn import DQNConfig
-from kuberl.trainer.qlearning import QLearner, QNetwork
+from kuberl.trainer.algorithms.dqn import DQNConfig, QLearner
+from kuberl.trainer.models.q_network import QNetwork
 
 
 def test_dueling_head_centres_the_advantages() -> None:

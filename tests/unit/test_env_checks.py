@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from kuberl.api.validation import validate_document
-from kuberl.trainer.checks import env_errors
-from kuberl.trainer.envs import make_vector_env
+from kuberl.trainer.run.checks import env_errors
+from kuberl.trainer.sampling.envs import make_vector_env
 
 CUSTOM_ENV = '''
 import gymnasium as gym

@@ -17,7 +17,7 @@ import yaml
 from gymnasium.utils.env_checker import check_env
 
 from kuberl.api.validation import cluster_errors, load_manifest
-from kuberl.trainer.checks import env_errors
+from kuberl.trainer.run.checks import env_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -135,6 +135,7 @@ def test_custom_env_rejects_bad_config_and_actions(user_envs_on_path):
 
 
 def test_platform_examples_build_kueue_gang_and_template_pods():
+    from kuberl.api.contract import DEFAULT_STATUS_PORT
     from kuberl.operator.builders import Owner, build_head_pod, build_worker_pod, resolve_experiment
     from kuberl.operator.builders.podgroup import build_pod_group, place_pod, placement_of
     from kuberl.operator.settings import Settings
@@ -146,8 +147,9 @@ def test_platform_examples_build_kueue_gang_and_template_pods():
         experiment = resolve_experiment(load_manifest((EXAMPLES / name).read_text()), Settings(), "research")
         placement = placement_of(doc["metadata"].get("labels"), experiment)
         total = 1 + experiment.spec.workers.replicas
-        pods = [place_pod(build_head_pod(experiment, owner, 1), placement, owner, attempt=1, total=total),
-                place_pod(build_worker_pod(experiment, owner, 0, 1), placement, owner, attempt=1, total=total)]
+        built = [build_head_pod(experiment, owner, 1, status_port=DEFAULT_STATUS_PORT),
+                 build_worker_pod(experiment, owner, 0, 1, status_port=DEFAULT_STATUS_PORT)]
+        pods = [place_pod(pod, placement, owner, attempt=1, total=total) for pod in built]
         for pod in pods:
             validate_strict(pod)
         group = build_pod_group(experiment, owner, placement, pods[0], pods[1])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kuberl.trainer.filters import MeanStdFilter, RunningStats, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.filters import MeanStdFilter, RunningStats, stats_from_bytes, stats_to_bytes
 
 
 def test_parallel_merge_equals_statistics_of_the_whole() -> None:

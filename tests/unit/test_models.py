@@ -6,8 +6,10 @@ import pytest
 import torch
 from torch.distributions import Categorical, Normal
 
-from kuberl.trainer.models import Actor, NumpyMLP, state_dict_to_numpy
-from kuberl.trainer.ppo import PPOSamplingPolicy
+from kuberl.trainer.models.actor_critic import Actor
+from kuberl.trainer.models.numpy_mlp import NumpyMLP
+from kuberl.trainer.models.weights import state_dict_to_numpy
+from kuberl.trainer.sampling.policies import PPOSamplingPolicy
 
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 
@@ -40,7 +42,7 @@ def test_numpy_sampling_policy_matches_the_torch_actor(action_space: gym.Space) 
     torch.manual_seed(2)
     actor = Actor(OBS, action_space, [8, 8], "tanh")
     torch.nn.init.normal_(actor.net[-1].weight)
-    policy = PPOSamplingPolicy(OBS, action_space, seed=0, hidden=(8, 8), activation="tanh")
+    policy = PPOSamplingPolicy(OBS, action_space, seed=0, activation="tanh")
     policy.set_weights(state_dict_to_numpy(actor))
     obs = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
     actions, extras = policy.compute_actions(obs, explore=True)

@@ -6,13 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl.trainer.nstep import (
-    apex_epsilons,
-    linear_schedule,
-    nstep_transitions,
-    q_targets,
-    weighted_huber_loss,
-)
+from kuberl.trainer.algorithms.apex import apex_epsilons
+from kuberl.trainer.algorithms.dqn import q_targets, weighted_huber_loss
+from kuberl.trainer.learning.schedules import linear_schedule
+from kuberl.trainer.replay.nstep import nstep_transitions
 
 
 def _one_env(rewards, terminated, truncated, n, gamma=0.5):

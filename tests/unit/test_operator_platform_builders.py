@@ -33,6 +33,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 SETTINGS = Settings(trainer_image="registry.example/trainer:1", operator_namespace="kuberl-system",
                     prometheus_namespace="monitoring")
 OWNER = Owner("cartpole", "research", "uid-123")
+PORT = SETTINGS.status_port
 QUEUE = {"kueue.x-k8s.io/queue-name": "research"}
 
 TEMPLATE = {
@@ -69,8 +70,8 @@ def experiment(name: str = "cartpole", labels: dict | None = None, **spec: objec
 
 def pods_of(exp, placement: Placement = Placement(), attempt: int = 1) -> list[dict]:
     total = 1 + exp.spec.workers.replicas
-    pods = [build_head_pod(exp, OWNER, attempt)] + [build_worker_pod(exp, OWNER, i, attempt)
-                                                   for i in range(exp.spec.workers.replicas)]
+    pods = [build_head_pod(exp, OWNER, attempt, status_port=PORT)]
+    pods += [build_worker_pod(exp, OWNER, i, attempt, status_port=PORT) for i in range(exp.spec.workers.replicas)]
     placed = [place_pod(p, placement, OWNER, attempt=attempt, total=total) for p in pods]
     for pod in placed:
         validate_strict(pod)
@@ -108,7 +109,7 @@ def test_kueue_group_total_follows_the_workers_and_the_priority_class_label_is_p
 
 def test_without_a_queue_label_the_pods_are_untouched():
     exp = experiment()
-    pod = build_head_pod(exp, OWNER, 1)
+    pod = build_head_pod(exp, OWNER, 1, status_port=PORT)
     assert place_pod(pod, placement_of({"team": "x"}, exp), OWNER, attempt=1, total=3) == pod
     assert KUEUE_GATE == "kueue.x-k8s.io/admission"
 
@@ -158,11 +159,12 @@ def test_pod_group_resizes_with_the_workers_and_is_none_without_gang():
     big = experiment(scheduling={"gang": True}, workers={"replicas": 4, "cpu": "1", "memory": "1Gi"})
     for exp, members, cpu in ((small, 2, "3"), (big, 5, "6")):
         placement = placement_of(None, exp)
-        group = build_pod_group(exp, OWNER, placement, build_head_pod(exp, OWNER, 0),
-                                build_worker_pod(exp, OWNER, 0, 0))
+        group = build_pod_group(exp, OWNER, placement, build_head_pod(exp, OWNER, 0, status_port=PORT),
+                                build_worker_pod(exp, OWNER, 0, 0, status_port=PORT))
         assert group["spec"]["minMember"] == members and group["spec"]["minResources"]["cpu"] == cpu
     plain = experiment()
-    assert build_pod_group(plain, OWNER, placement_of(None, plain), build_head_pod(plain, OWNER, 0), None) is None
+    plain_head = build_head_pod(plain, OWNER, 0, status_port=PORT)
+    assert build_pod_group(plain, OWNER, placement_of(None, plain), plain_head, None) is None
 
 
 def test_pod_requests_count_sidecars_and_the_largest_init_container():
@@ -208,8 +210,8 @@ def test_template_merge_field_by_field():
     exp = experiment(storage={"uri": "s3://bucket/runs", "secretRef": {"name": "s3"}},
                      head={"template": TEMPLATE, "gpus": 1})
     plain = build_head_pod(experiment(storage={"uri": "s3://bucket/runs", "secretRef": {"name": "s3"}},
-                                      head={"gpus": 1}), OWNER, 1)
-    pod = build_head_pod(exp, OWNER, 1)
+                                      head={"gpus": 1}), OWNER, 1, status_port=PORT)
+    pod = build_head_pod(exp, OWNER, 1, status_port=PORT)
     meta, spec, main = pod["metadata"], pod["spec"], pod["spec"]["containers"][0]
     assert meta["labels"] == {**plain["metadata"]["labels"], "team": "rl"}
     assert meta["annotations"] == {**plain["metadata"]["annotations"], "sidecar.istio.io/inject": "false"}
@@ -235,7 +237,7 @@ def test_template_merge_field_by_field():
 
 
 def test_template_merge_is_pure():
-    pod = build_head_pod(experiment(), OWNER, 1)
+    pod = build_head_pod(experiment(), OWNER, 1, status_port=PORT)
     before, template = copy.deepcopy(pod), copy.deepcopy(TEMPLATE)
     merged = apply_template(pod, template)
     merged["spec"]["volumes"].append({"name": "x"})
@@ -247,7 +249,7 @@ def test_template_merge_is_pure():
 def test_an_init_container_may_relax_the_read_only_root_but_stays_non_root():
     template = {"spec": {"initContainers": [{"name": "pip", "image": "python:3.11",
                                              "securityContext": {"readOnlyRootFilesystem": False}}]}}
-    pod = build_worker_pod(experiment(workers={"replicas": 1, "template": template}), OWNER, 0, 1)
+    pod = build_worker_pod(experiment(workers={"replicas": 1, "template": template}), OWNER, 0, 1, status_port=PORT)
     validate_strict(pod)
     security = pod["spec"]["initContainers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] is False

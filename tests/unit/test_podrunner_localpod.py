@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from kuberl_testing.localpod import (
+from kuberl_testing.podrunner import AddressPool
+from kuberl_testing.podrunner.localpod import (
     Endpoint,
     PodSetupError,
     expand_dependent_vars,
@@ -22,7 +23,6 @@ from kuberl_testing.localpod import (
     service_hostnames,
     volume_files,
 )
-from kuberl_testing.podrunner import AddressPool
 
 POD = {"metadata": {"name": "exp-head", "namespace": "research", "uid": "u-1", "labels": {"kuberl.io/role": "head"}},
        "spec": {"containers": [{"name": "head"}], "volumes": [
@@ -198,7 +198,7 @@ def test_a_pods_processes_are_found_by_their_environment_marker(tmp_path):
 
 
 def test_a_pods_address_goes_back_to_the_pool_once():
-    from kuberl_testing.podrunner import PodRunner, _Pod
+    from kuberl_testing.podrunner.runner import PodRunner, _Pod
 
     runner = PodRunner.__new__(PodRunner)  # only the address bookkeeping, no API
     runner._pool = AddressPool(third_octet=9)

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kuberl.trainer.ppo import PPOConfig
+from kuberl.trainer.algorithms.ppo import PPOConfig
 
 LEARNING_BUDGET = 60_000  # env steps
 LEARNING_TARGET = 150.0  # CartPole return mean; random play scores ~22
@@ -130,7 +130,7 @@ def test_learner_gpus_without_a_visible_gpu_warns_and_trains_on_the_cpu() -> Non
 
 
 def test_value_scale_normalises_targets_and_inverts() -> None:
-    from kuberl.trainer.ppo import ValueScale
+    from kuberl.trainer.algorithms.ppo import ValueScale
 
     scale = ValueScale()
     returns = np.random.default_rng(0).normal(-800.0, 300.0, size=4096)

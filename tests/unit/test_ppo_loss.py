@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from kuberl.trainer.ppo import ppo_loss
+from kuberl.trainer.algorithms.ppo import ppo_loss
 
 
 def t(*values: float) -> torch.Tensor:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kuberl.trainer.replay import (
-    MinTree,
+from kuberl.trainer.replay.buffers import (
     PrioritizedReplayBuffer,
-    SumTree,
     UniformReplayBuffer,
     importance_weights,
     make_replay_buffer,
     split_capacity,
 )
+from kuberl.trainer.replay.segment_tree import MinTree, SumTree
 
 
 def _batch(start: int, n: int) -> dict[str, np.ndarray]:

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl.trainer.qlearning import QNetwork, QPolicy, local_priorities
-from kuberl.trainer.replay_shard import ReplayShard
+from kuberl.trainer.models.q_network import QNetwork
+from kuberl.trainer.replay.nstep import local_priorities
+from kuberl.trainer.replay.shard import ReplayShard
+from kuberl.trainer.sampling.policies import QPolicy
 
 
 def _transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:

@@ -7,7 +7,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from kuberl.trainer.rollout import RolloutWorker, WorkerConfig, WorkerSet
+from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
+from kuberl.trainer.sampling.worker_set import WorkerSet
 
 CORRIDOR = '''
 import gymnasium as gym

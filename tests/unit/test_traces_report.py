@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from kuberl.trainer.run.traces_report import report, return_windows, worker_throughput
 from kuberl.trainer.storage import StorageError
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.storage.run import RunStorage
-from kuberl.trainer.traces_report import report, return_windows, worker_throughput
 
 
 def make_run(root: Path) -> None:

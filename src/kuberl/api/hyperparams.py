@@ -11,13 +11,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from kuberl.api.types import _Model
+from kuberl.api.base import StrictModel
 
 # Units per hidden layer; the bound keeps a typo (1000000) from asking for terabytes of weights.
 LayerWidth = Annotated[int, Field(ge=1, le=4096)]
 
 
-class CommonParams(_Model):
+class CommonParams(StrictModel):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0)
     gamma: float = Field(0.99, ge=0, le=1.0)
@@ -88,10 +88,3 @@ class ApexDQNParams(DQNParams):
     min_iteration_seconds: float = Field(
         1.0, gt=0, le=3600, description="Ape-X: wall time one train() iteration (one results line) covers."
     )
-
-
-HYPERPARAMS: dict[str, type[CommonParams]] = {
-    "ppo": PPOParams,
-    "dqn": DQNParams,
-    "apex-dqn": ApexDQNParams,
-}

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kuberl.api.contract import APP_LABEL, OPTIONAL_CREDENTIAL_KEYS, REQUIRED_CREDENTIAL_KEYS
+
 KUBERNETES_VERSION = "1.35.0"
 SCHEMA_FILE = Path(__file__).with_name("podtemplate.schema.json")
 _DEFS_PREFIX = "#/$defs/"
@@ -50,8 +52,7 @@ REFUSED_BECAUSE = {
     "spec.restartPolicy": _OWNED, "spec.volumes.hostPath": _SECURITY,
 }
 # Keys the operator, Kueue and the gang schedulers read on the pods: set them on the RLExperiment.
-OWNED_KEY_PREFIXES = ("kuberl.io/", "kueue.x-k8s.io/", "scheduling.x-k8s.io/", "scheduling.k8s.io/",
-                      "app.kubernetes.io/name")
+OWNED_KEY_PREFIXES = ("kuberl.io/", "kueue.x-k8s.io/", "scheduling.x-k8s.io/", "scheduling.k8s.io/", APP_LABEL)
 OWNED_ENV_PREFIXES = ("KUBERL_", "RAY_")
 OWNED_ENV_NAMES = ("POD_IP", "HOME", "PYTHONUNBUFFERED")
 # The operator's volumes and where it mounts them (pod.py): a template may not shadow them.
@@ -59,7 +60,7 @@ OWNED_VOLUMES = ("tmp", "shm", "config")
 OWNED_MOUNT_PATHS = ("/tmp", "/dev/shm", "/etc/kuberl")
 OWNED_RESOURCES = {"cpu": "set spec.{role}.cpu instead", "memory": "set spec.{role}.memory instead",
                    "nvidia.com/gpu": "set spec.{role}.gpus instead"}
-STORAGE_ENV_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
+STORAGE_ENV_NAMES = (*REQUIRED_CREDENTIAL_KEYS, *OPTIONAL_CREDENTIAL_KEYS)
 
 # Init containers keep the restricted security profile: what the schema can pin, it pins.
 INIT_SECURITY_LIMITS = {

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from kuberl.api.hyperparams import HYPERPARAMS
+from kuberl.api.algorithms import HYPERPARAMS
 from kuberl.api.types import RLExperimentSpec
 
 _DOC_FILE = Path("docs/manifest.md")
@@ -74,7 +74,7 @@ def render_reference() -> str:
     out = [
         "# RLExperiment manifest reference",
         "",
-        "Generated from `src/kuberl/api/types.py` and `hyperparams.py` by `make crds`; do not edit.",
+        "Generated from `src/kuberl/api/types.py`, `hyperparams.py` and `algorithms.py` by `make crds`; do not edit.",
         "The CRD (`crds/rlexperiment.yaml`) is generated from the same types.",
         "",
         "## spec",

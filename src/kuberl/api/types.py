@@ -11,8 +11,9 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
-from pydantic.alias_generators import to_camel
 
+from kuberl.api.algorithms import ALGORITHM_NAMES
+from kuberl.api.base import StrictModel
 from kuberl.api.podtemplate import template_schema
 
 GROUP = "kuberl.io"
@@ -23,9 +24,7 @@ PLURAL = "rlexperiments"
 SINGULAR = "rlexperiment"
 SHORT_NAMES = ["rlx"]
 
-ALGORITHMS = ("ppo", "dqn", "apex-dqn")
-OFF_POLICY_ALGORITHMS = ("dqn", "apex-dqn")
-Algorithm = Literal["ppo", "dqn", "apex-dqn"]
+Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
 Phase = Literal["Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
@@ -43,23 +42,6 @@ LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z
 IMAGE_PATTERN = r"^\S+$"  # an image reference has no whitespace
 
 
-class _Model(BaseModel):
-    """Strict camelCase model: unknown fields are errors (typos must not pass silently), and no value is
-    coerced ("yes" or 1 for true, true or "5" for an integer) that the CRD schema would refuse."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        validate_assignment=True,
-        strict=True,
-    )
-
-    def to_manifest(self) -> dict[str, Any]:
-        """The manifest form: camelCase keys, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
 _INT_OR_STRING = {"x-kubernetes-int-or-string": True}
 CpuQuantity = Annotated[
@@ -70,49 +52,49 @@ MemoryQuantity = Annotated[
 ]
 
 
-class EnvSpec(_Model):
+class EnvSpec(StrictModel):
     id: str = Field(min_length=1, max_length=253, description='A Gymnasium id ("CartPole-v1") or "package.module:Class".')
     config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
 
 
-class RolloutsSpec(_Model):
+class RolloutsSpec(StrictModel):
     workers: int = Field(0, ge=0, le=1024, description="Rollout worker actors; 0 samples in the learner's process.")
     envs_per_worker: int = Field(8, ge=1, le=4096, description="Vectorised envs each worker steps.")
     fragment_length: int = Field(64, ge=1, le=100_000, description="Steps per env in each sample batch.")
 
 
-class ReplaySpec(_Model):
+class ReplaySpec(StrictModel):
     shards: int = Field(1, ge=0, le=256, description="Replay shard actors (Ape-X); off-policy algorithms need >= 1.")
     capacity: int = Field(100_000, ge=1, le=1_000_000_000, description="Transitions kept, split across the shards.")
     prioritized: bool = Field(True, description="Proportional prioritized replay; false samples uniformly.")
 
 
-class LearnerSpec(_Model):
+class LearnerSpec(StrictModel):
     gpus: int = Field(0, ge=0, le=16, description="GPUs the learner uses; some pod must provide them.")
 
 
-class StopSpec(_Model):
+class StopSpec(StrictModel):
     timesteps: int | None = Field(None, ge=1, description="Stop after this many env steps.")
     episode_return_mean: float | None = Field(None, description="Stop once the 100-episode return mean reaches this.")
     time_seconds: int | None = Field(None, ge=1, description="Stop after this much training time.")
     iterations: int | None = Field(None, ge=1, description="Stop after this many training iterations.")
 
 
-class CheckpointSpec(_Model):
+class CheckpointSpec(StrictModel):
     every_iterations: int = Field(10, ge=1, description="Write a checkpoint every N iterations (and at the end).")
     keep: int = Field(5, ge=1, le=1000, description="Complete checkpoints kept; older ones are deleted.")
 
 
-class TracesSpec(_Model):
+class TracesSpec(StrictModel):
     enabled: bool = Field(True, description="Write one JSON record per finished episode.")
     steps: bool = Field(False, description="Also record per-step obs, action and reward.")
 
 
-class SecretRef(_Model):
+class SecretRef(StrictModel):
     name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
 
 
-class StorageSpec(_Model):
+class StorageSpec(StrictModel):
     uri: str | None = Field(
         None, pattern=STORAGE_URI_PATTERN, max_length=1024,
         description="s3://bucket/prefix or file:///path; `kuberl train` defaults to ./kuberl-runs/.",
@@ -127,7 +109,7 @@ class StorageSpec(_Model):
 LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 
 
-class Toleration(_Model):
+class Toleration(StrictModel):
     key: str | None = Field(None, max_length=317, pattern=f"({LABEL_KEY_PATTERN})|^$")
     operator: Literal["Exists", "Equal"] | None = None
     value: LabelValue | None = None
@@ -140,7 +122,7 @@ class Toleration(_Model):
 PodTemplate = Annotated[dict[str, Any], WithJsonSchema(template_schema())]
 
 
-class PodSpec(_Model):
+class PodSpec(StrictModel):
     cpu: CpuQuantity = Field("2", description="CPU request and limit.")
     memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
@@ -165,18 +147,15 @@ class WorkersSpec(PodSpec):
     memory: MemoryQuantity = Field("8Gi", description="Memory request and limit.")
 
 
-GANG_SCHEDULERS = ("volcano", "scheduler-plugins")
-
-
-class SchedulingSpec(_Model):
+class SchedulingSpec(StrictModel):
     gang: bool = Field(False, description="Schedule the head and workers all at once (the scheduler's PodGroup).")
     scheduler_name: Literal["volcano", "scheduler-plugins"] = Field(
         "volcano", description="volcano (scheduling.volcano.sh PodGroup) or scheduler-plugins "
                                "(scheduling.x-k8s.io PodGroup, the coscheduling plugin).")
 
 
-class RLExperimentSpec(_Model):
-    algorithm: Algorithm = Field(description="ppo | dqn | apex-dqn")
+class RLExperimentSpec(StrictModel):
+    algorithm: Algorithm = Field(description=" | ".join(ALGORITHM_NAMES))
     env: EnvSpec
     config: FreeForm = Field(default_factory=dict, description="Algorithm hyperparameters (lr, gamma, ...).")
     rollouts: RolloutsSpec = Field(default_factory=RolloutsSpec)
@@ -202,7 +181,7 @@ class RLExperimentSpec(_Model):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
 
-class Condition(_Model):
+class Condition(StrictModel):
     """A metav1.Condition."""
 
     type: str
@@ -213,7 +192,7 @@ class Condition(_Model):
     observed_generation: int | None = None
 
 
-class RLExperimentStatus(_Model):
+class RLExperimentStatus(StrictModel):
     phase: Phase | None = None
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -238,7 +217,7 @@ class Metadata(BaseModel):
     namespace: str | None = Field(None, max_length=63)
 
 
-class RLExperiment(_Model):
+class RLExperiment(StrictModel):
     api_version: Literal["kuberl.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
     kind: Literal["RLExperiment"] = KIND
     metadata: Metadata

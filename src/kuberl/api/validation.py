@@ -2,7 +2,8 @@
 
 Everything here is pure and light (pyyaml, pydantic): the operator and the CLI
 share it. Checks that need the trainer's libraries (does the env exist, does
-the algorithm support its action space) live in `kuberl.trainer.checks`.
+the algorithm support its action space) live in `kuberl.trainer.run.checks`; both read the
+algorithm registry, `kuberl.api.algorithms`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kuberl.api.hyperparams import HYPERPARAMS, CommonParams
+from kuberl.api.algorithms import REGISTRY
+from kuberl.api.hyperparams import CommonParams
 from kuberl.api.podtemplate import template_errors
-from kuberl.api.types import API_VERSION, KIND, OFF_POLICY_ALGORITHMS, RLExperiment
+from kuberl.api.types import API_VERSION, KIND, RLExperiment
 
 MAX_MANIFEST_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
@@ -206,7 +208,7 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
 
 def hyperparams_for(experiment: RLExperiment) -> CommonParams:
     """The algorithm's hyperparameters from `spec.config`, validated (raises ManifestError)."""
-    params_cls = HYPERPARAMS[experiment.spec.algorithm]
+    params_cls = REGISTRY[experiment.spec.algorithm].hyperparams
     try:
         return params_cls.model_validate(experiment.spec.config)
     except ValidationError as exc:
@@ -216,15 +218,16 @@ def hyperparams_for(experiment: RLExperiment) -> CommonParams:
 def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     """What no schema can say: combinations of fields that cannot work together."""
     spec = experiment.spec
+    entry = REGISTRY[spec.algorithm]
     errors: list[FieldError] = []
-    if spec.algorithm == "apex-dqn" and spec.replay.shards < 1:
-        errors.append(FieldError("spec.replay.shards", "apex-dqn needs at least 1 replay shard"))
+    if entry.replay == "shards" and spec.replay.shards < 1:
+        errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
     stop = spec.stop
     if stop.timesteps is None and stop.episode_return_mean is None and stop.time_seconds is None and stop.iterations is None:
         errors.append(
             FieldError("spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations")
         )
-    if spec.algorithm in OFF_POLICY_ALGORITHMS and spec.replay.capacity < spec.replay.shards:
+    if entry.off_policy and spec.replay.capacity < spec.replay.shards:
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:
         batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)

@@ -16,6 +16,12 @@ from typing import Any
 
 import yaml
 
+from kuberl.api.contract import (
+    FAILED_ATTEMPT_ANNOTATION,
+    REQUIRED_CREDENTIAL_KEYS,
+    RESTARTS_ANNOTATION,
+    WORKER_ROLE,
+)
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import ManifestError, cluster_errors, validate_document
 from kuberl.operator import names
@@ -48,9 +54,6 @@ from kuberl.operator.status import (
     with_mutable_fields,
 )
 
-RESTARTS_ANNOTATION = "kuberl.io/restarts"
-FAILED_ATTEMPT_ANNOTATION = "kuberl.io/failed-attempt"
-REQUIRED_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MAX_ERRORS_SHOWN = 10
 CREATE_THREADS = 32
 _creators = concurrent.futures.ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="kuberl-create")
@@ -91,7 +94,7 @@ def _missing_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) 
     if secret is None:
         return f"spec.storage.secretRef: Secret {ref.name!r} not found in namespace {namespace!r}"
     data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
-    missing = [k for k in REQUIRED_SECRET_KEYS if k not in data]
+    missing = [k for k in REQUIRED_CREDENTIAL_KEYS if k not in data]
     if missing:
         return f"spec.storage.secretRef: Secret {ref.name!r} has no key {', '.join(missing)}"
     return None
@@ -124,9 +127,10 @@ def ensure_children(cluster: Cluster, experiment: RLExperiment, owner: Owner, se
     config = build_config_map(experiment, owner)
     children = [build_token_secret(owner, new_token()),  # an existing token is kept
                 config,
-                build_head_service(owner),
+                build_head_service(owner, status_port=settings.status_port),
                 build_network_policy(owner, operator_namespace=settings.operator_namespace,
-                                     prometheus_namespace=settings.prometheus_namespace)]
+                                     prometheus_namespace=settings.prometheus_namespace,
+                                     status_port=settings.status_port)]
     created = dict(zip(("secret", "config", "service", "policy"),
                        all_at_once([lambda body=body: cluster.create(body) for body in children]), strict=True))
     if not created["config"] and update_config:
@@ -192,10 +196,12 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     return PassResult(body, decision)
 
 
-def ensure_pod_group(cluster: Cluster, experiment: RLExperiment, owner: Owner, placement: Placement) -> None:
+def ensure_pod_group(cluster: Cluster, experiment: RLExperiment, owner: Owner, placement: Placement,
+                     status_port: int) -> None:
     """The gang scheduler's PodGroup: created before the pods, resized when the workers change."""
-    group = build_pod_group(experiment, owner, placement, build_head_pod(experiment, owner, 0),
-                            build_worker_pod(experiment, owner, 0, 0))
+    group = build_pod_group(experiment, owner, placement,
+                            build_head_pod(experiment, owner, 0, status_port=status_port),
+                            build_worker_pod(experiment, owner, 0, 0, status_port=status_port))
     if group is not None and not cluster.create(group):
         existing = cluster.pod_group(group["apiVersion"], owner.namespace, group["metadata"]["name"]) or {}
         if existing.get("spec", {}) | group["spec"] != existing.get("spec"):
@@ -226,18 +232,19 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
             effective = validate_document(doc, strict=False)
         if not children_ready or decision.create_head:
             ensure_children(cluster, effective, owner, settings, update_config=not decision.use_running_spec)
-            ensure_pod_group(cluster, effective, owner, placement)
+            ensure_pod_group(cluster, effective, owner, placement, settings.status_port)
         total = 1 + effective.spec.workers.replicas  # the Kueue pod group: head and workers of one attempt
         # The head before its workers: whatever a crash leaves, no worker ever exists without its head.
         if decision.create_head:
-            cluster.create(place_pod(build_head_pod(effective, owner, decision.create_head), placement, owner,
-                                     attempt=decision.create_head, total=total))
-        workers = [place_pod(build_worker_pod(effective, owner, index, decision.worker_attempt), placement, owner,
-                             attempt=decision.worker_attempt, total=total)
+            head = build_head_pod(effective, owner, decision.create_head, status_port=settings.status_port)
+            cluster.create(place_pod(head, placement, owner, attempt=decision.create_head, total=total))
+        workers = [place_pod(build_worker_pod(effective, owner, index, decision.worker_attempt,
+                                              status_port=settings.status_port),
+                             placement, owner, attempt=decision.worker_attempt, total=total)
                    for index in decision.create_workers]
         all_at_once([lambda body=body: cluster.create(body) for body in workers])
     status = dict(decision.status)
-    status["selector"] = selector(name, "worker") if resolved else None
+    status["selector"] = selector(name, WORKER_ROLE) if resolved else None
     status = {k: v for k, v in status.items() if v is not None}
     patch = _status_patch(body.get("status") or {}, status)
     if patch:

@@ -1,6 +1,6 @@
 """Decide: a pure function from what the operator observed to the new `.status` and the actions to take.
 
-`decide(observation)` knows the whole lifecycle of DESIGN.md (phases, conditions, attempts, the
+`decide(observation)` knows the whole lifecycle (docs/architecture.md, docs/operator.md) (phases, conditions, attempts, the
 backoff limit, suspend, TTL, scaling, refused spec changes, fail-fast errors); the handlers only
 observe, call it, and apply its `Decision`. Every decision is idempotent: applying it twice, or
 deciding again from what a half-applied decision left behind, makes nothing twice.
@@ -17,10 +17,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, ROLE_LABEL
+from kuberl.api.contract import (
+    ATTEMPT_ANNOTATION,
+    EXIT_INVALID_SPEC,
+    HEAD_ROLE,
+    PROGRESS_KEYS,
+    RESULT_INVALID_SPEC,
+    RESULT_SUCCEEDED,
+    ROLE_LABEL,
+    WORKER_ROLE,
+    TerminationSummary,
+    TrainerStatus,
+)
 from kuberl.operator.builders.podgroup import KUEUE_GATE
 
-EXIT_INVALID_SPEC = 2
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
 CONDITION_TYPES = ("Ready", "Succeeded", "Reconciling", "Stalled")
@@ -30,7 +40,8 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
 # Under Kueue the pod group's size is fixed once queued (pod-group-total-count): a new size needs a new group.
 KUEUE_MUTABLE_FIELDS = tuple(f for f in MUTABLE_FIELDS if f != "workers.replicas")
-SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "lastCheckpoint")
+OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
+MEMORY_SETTING = {HEAD_ROLE: "spec.head.memory", WORKER_ROLE: "spec.workers.memory"}
 
 
 @dataclass(frozen=True)
@@ -42,12 +53,14 @@ class PodState:
     index: int | None = None
     deleting: bool = False
     exit_code: int | None = None
-    termination: dict[str, Any] | None = None  # the trainer's JSON summary, when it wrote one
+    termination: TerminationSummary | None = None  # the trainer's JSON summary, when it wrote one
     termination_text: str = ""
     waiting_reason: str | None = None
     waiting_message: str = ""
     image: str = ""
     ip: str | None = None
+    termination_reason: str | None = None  # the kubelet's: Completed | Error | OOMKilled | ...
+    memory_limit: str | None = None  # the container's resources.limits.memory
     gated: bool = False  # Kueue's admission gate is on: the pod group waits in its queue
     disruption: str | None = None  # the reason of a DisruptionTarget condition (preempted, evicted)
 
@@ -66,7 +79,7 @@ class Observation:
     missing_secret: str | None = None
     create_rejected: str | None = None  # the API server refused a child for good (400/403/422)
     pods: tuple[PodState, ...] = ()
-    trainer: dict[str, Any] | None = None  # the head's /status JSON, when reachable
+    trainer: TrainerStatus | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
     failed_attempt: int = 0  # the highest attempt already counted as failed (annotation)
     kueue: bool = False  # admitted by Kueue as a pod group (the experiment's queue-name label)
@@ -123,13 +136,14 @@ def pod_state(body: dict[str, Any]) -> PodState:
     role = (meta.get("labels") or {}).get(ROLE_LABEL, "")
     name = meta.get("name", "")
     index = None
-    if role == "worker" and name.rsplit("-", 1)[-1].isdigit():
+    if role == WORKER_ROLE and name.rsplit("-", 1)[-1].isdigit():
         index = int(name.rsplit("-", 1)[-1])
     try:
         attempt = int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "0"))
     except ValueError:
         attempt = 0
     containers = (body.get("spec") or {}).get("containers") or [{}]
+    limits = (containers[0].get("resources") or {}).get("limits") or {}
     gates = {g.get("name") for g in (body.get("spec") or {}).get("schedulingGates") or []}
     disruption = next((c.get("reason") or "DisruptionTarget" for c in status.get("conditions") or []
                        if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
@@ -142,8 +156,17 @@ def pod_state(body: dict[str, Any]) -> PodState:
         termination_text=text[:1024],
         waiting_reason=waiting.get("reason"), waiting_message=waiting.get("message") or "",
         image=containers[0].get("image", ""), ip=status.get("podIP"),
+        termination_reason=terminated.get("reason"),
+        memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
         gated=KUEUE_GATE in gates, disruption=disruption,
     )
+
+
+def out_of_memory(pod: PodState) -> str:
+    """What to tell a user whose pod was OOMKilled: the pod, its limit, and the setting to raise."""
+    limit = f"its memory limit {pod.memory_limit}" if pod.memory_limit else "no memory limit"
+    setting = MEMORY_SETTING.get(pod.role, "the pod's memory")
+    return f"pod {pod.name} ran out of memory (OOMKilled at {limit}); raise {setting}"
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -241,11 +264,11 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
 
 
 def _head(obs: Observation) -> PodState | None:
-    return next((p for p in obs.pods if p.role == "head" and not p.deleting), None)
+    return next((p for p in obs.pods if p.role == HEAD_ROLE and not p.deleting), None)
 
 
 def _workers(obs: Observation) -> list[PodState]:
-    return [p for p in obs.pods if p.role == "worker" and not p.deleting]
+    return [p for p in obs.pods if p.role == WORKER_ROLE and not p.deleting]
 
 
 def _base(obs: Observation) -> Decision:
@@ -303,7 +326,7 @@ def _terminal(decision: Decision, obs: Observation) -> Decision:
         left = (finished + datetime.timedelta(seconds=obs.ttl_seconds) - obs.now).total_seconds()
         if left <= 0:
             decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
-            if any(p.role == "head" and not p.deleting for p in obs.pods):
+            if any(p.role == HEAD_ROLE and not p.deleting for p in obs.pods):
                 decision.events.append(Event("Normal", "TTLExpired", "pods deleted after ttlSecondsAfterFinished"))
         else:
             decision.requeue_after = left
@@ -313,7 +336,7 @@ def _terminal(decision: Decision, obs: Observation) -> Decision:
 
 def _summary_from(head: PodState, status: dict[str, Any]) -> str:
     summary = head.termination or {}
-    for key in SUMMARY_FIELDS:
+    for key in PROGRESS_KEYS:
         if summary.get(key) is not None:
             status[key] = summary[key]
     return str(summary.get("message") or summary.get("reason") or head.termination_text or "")
@@ -366,11 +389,11 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     prev_phase = obs.previous.get("phase")
     status = decision.status
 
-    preempted = next((p for p in obs.pods if p.role == "head" and p.attempt == attempt and p.disruption), None)
+    preempted = next((p for p in obs.pods if p.role == HEAD_ROLE and p.attempt == attempt and p.disruption), None)
     if preempted is not None and attempt > obs.failed_attempt:
         return _head_preempted(decision, obs, attempt, preempted)
     if head is None:
-        if any(p.role == "head" for p in obs.pods):  # the old head is still going away
+        if any(p.role == HEAD_ROLE for p in obs.pods):  # the old head is still going away
             decision.requeue_after = 1.0
             return _finish(decision, obs, "Starting", "Restarting", "waiting for the old head pod to go")
         lost = attempt > obs.failed_attempt and prev_phase in ("Pending", "Starting", "Running")
@@ -388,9 +411,10 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         status["workers"] = 0
         message = f"attempt {next_attempt}" + (" resumes from the last checkpoint" if next_attempt > 1 else "")
         decision.events.append(Event("Normal", "HeadCreated", f"{message}; pods pending"))
-        return _finish(decision, obs, "Pending", "PodsPending", message, announce=False)
+        return _finish(decision, obs, "Pending", "PodsPending", _with_failure(message, obs, next_attempt),
+                       announce=False)
 
-    if head.phase == "Succeeded" and (head.termination or {}).get("result") != "Succeeded":
+    if head.phase == "Succeeded" and (head.termination or {}).get("result") != RESULT_SUCCEEDED:
         # The trainer always leaves its summary; an exit 0 without one is not a finished run
         # (user code calling os._exit(0), say): a failure, retried up to backoffLimit.
         return _head_failed(decision, obs, attempt, "the trainer exited 0 without its summary", head)
@@ -401,55 +425,75 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         return _finish(decision, obs, "Succeeded", "Succeeded", message or "stop criterion met")
     if head.phase == "Failed":
         summary = head.termination or {}
-        if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == "InvalidSpec":
+        if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == RESULT_INVALID_SPEC:
             message = str(summary.get("message") or head.termination_text or "the trainer refused the spec")
             return _fail(decision, obs, "InvalidSpec", message, keep_head=True)
+        if head.termination_reason == OOM_KILLED:
+            return _head_failed(decision, obs, head.attempt, out_of_memory(head), head, reason=OOM_KILLED)
         detail = str(summary.get("message") or summary.get("reason") or head.termination_text or "").strip()
         reason = f"exit code {head.exit_code}" if head.exit_code is not None else "failed"
         return _head_failed(decision, obs, head.attempt, f"{reason}: {detail}" if detail else reason, head)
 
     created = list(decision.create_workers)
-    _workers_actions(decision, obs, attempt)
+    oom = _workers_actions(decision, obs, attempt)
     if decision.create_workers and not created and prev_phase == "Running":
         decision.events.append(Event("Warning", "WorkerRecreated",
                                      f"creating worker pods {decision.create_workers} for attempt {attempt}"))
+    if oom:  # says why a worker is gone until the next pass; the Warning event stays
+        phase = "Running" if prev_phase == "Running" else "Pending"
+        return _finish(decision, obs, phase, OOM_KILLED, f"attempt {attempt}: " + "; ".join(oom))
     if head.phase == "Pending" and any(p.gated for p in obs.pods if not p.deleting and p.attempt == attempt):
         return _finish(decision, obs, "Queued", "Queued",
                        f"attempt {attempt}: the pod group waits for admission by Kueue ({KUEUE_GATE} gate)")
     if head.phase != "Running":
-        return _finish(decision, obs, "Pending", "PodsPending", f"attempt {attempt}: head pod {head.phase}")
+        return _finish(decision, obs, "Pending", "PodsPending",
+                       _with_failure(f"attempt {attempt}: head pod {head.phase}", obs, attempt))
     trainer = obs.trainer or {}
     trainer_here = bool(trainer) and int(trainer.get("attempt") or attempt) == attempt
     if trainer_here:
-        for key in SUMMARY_FIELDS:
+        for key in PROGRESS_KEYS:
             if trainer.get(key) is not None:
                 status[key] = trainer[key]
     if not (trainer_here and trainer.get("phase") == "Running") and prev_phase != "Running":
         return _finish(decision, obs, "Starting", "WaitingForTrainer",
-                       f"attempt {attempt}: head running, waiting for the trainer")
+                       _with_failure(f"attempt {attempt}: head running, waiting for the trainer", obs, attempt))
     ready = status["workers"] >= obs.replicas
     reason = "Training" if ready else "WaitingForWorkers"
     message = f"attempt {attempt}: {status['workers']}/{obs.replicas} workers ready"
     return _finish(decision, obs, "Running", reason, message, ready=ready)
 
 
+def _with_failure(message: str, obs: Observation, attempt: int) -> str:
+    """`message` plus why the previous attempt ended (from the previous status message), until this
+    attempt trains: a head that crashes in a loop says why in every pass, not only in events."""
+    previous = str(obs.previous.get("message") or "")
+    start = previous.find(f"attempt {attempt - 1} failed")
+    if attempt < 2 or start < 0:
+        return message
+    failure = previous[start:-1] if start > 0 and previous.endswith(")") else previous[start:]
+    return f"{message} ({failure})"
+
+
 def _head_failed(decision: Decision, obs: Observation, attempt: int, why: str,
-                 head: PodState | None = None) -> Decision:
-    """Record a head failure once per attempt; retry in a later pass, or fail past backoffLimit."""
+                 head: PodState | None = None, reason: str | None = None) -> Decision:
+    """Record a head failure once per attempt; retry in a later pass, or fail past backoffLimit.
+    A known `reason` (OOMKilled) names the conditions, the event and the final failure."""
     if attempt > obs.failed_attempt:
         decision.restarts = obs.restarts + 1
         decision.failed_attempt = attempt
     if decision.restarts > obs.backoff_limit:
-        return _fail(decision, obs, "BackoffLimitExceeded",
+        return _fail(decision, obs, reason or "BackoffLimitExceeded",
                      f"attempt {attempt} failed ({why}); backoffLimit {obs.backoff_limit} reached", keep_head=True)
     if head is not None:
         decision.delete_pods = [head.name]
     decision.requeue_after = 0.5
     if attempt > obs.failed_attempt:
-        decision.events.append(Event("Warning", "HeadFailed",
+        decision.events.append(Event("Warning", reason or "HeadFailed",
                                      f"attempt {attempt} failed ({why}); restart {decision.restarts} of "
                                      f"{obs.backoff_limit} resumes from the last checkpoint"))
-    return _finish(decision, obs, "Starting", "Restarting", f"attempt {attempt} failed: {why}")
+    # A named reason has said it in its Warning event: no second event for the phase change.
+    return _finish(decision, obs, "Starting", reason or "Restarting", f"attempt {attempt} failed: {why}",
+                   announce=reason is None)
 
 
 def _head_preempted(decision: Decision, obs: Observation, attempt: int, head: PodState) -> Decision:
@@ -466,8 +510,10 @@ def _head_preempted(decision: Decision, obs: Observation, attempt: int, head: Po
     return _finish(decision, obs, "Pending", "Preempted", message, announce=False)
 
 
-def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None:
+def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> list[str]:
+    """Delete, recreate and count the workers; what to say about those that ran out of memory."""
     ready = 0
+    oom: list[str] = []
     present: set[int] = set()
     for pod in _workers(obs):
         if pod.index is None or pod.index >= obs.replicas or pod.attempt != attempt:
@@ -475,13 +521,18 @@ def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None
             continue
         if pod.phase in ("Failed", "Succeeded", "Unknown"):
             decision.delete_pods.append(pod.name)
-            decision.events.append(Event("Warning", "WorkerLost", f"{pod.name} {pod.phase.lower()}; recreating it"))
+            if pod.termination_reason == OOM_KILLED:
+                oom.append(out_of_memory(pod))
+                decision.events.append(Event("Warning", OOM_KILLED, f"{oom[-1]}; recreating it"))
+            else:
+                decision.events.append(Event("Warning", "WorkerLost",
+                                             f"{pod.name} {pod.phase.lower()}; recreating it"))
             decision.requeue_after = 0.5
             present.add(pod.index)  # recreated in the next pass, once the old pod is gone
             continue
         present.add(pod.index)
         ready += pod.phase == "Running"
-    gone = {p.index for p in obs.pods if p.role == "worker" and p.deleting and p.index is not None}
+    gone = {p.index for p in obs.pods if p.role == WORKER_ROLE and p.deleting and p.index is not None}
     missing = [i for i in range(obs.replicas) if i not in present and i not in gone]
     if missing:
         decision.create_workers = missing
@@ -489,3 +540,4 @@ def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> None
     elif gone & set(range(obs.replicas)):
         decision.requeue_after = 1.0
     decision.status["workers"] = ready
+    return oom

@@ -5,7 +5,8 @@ instance or pod identity); in a cluster the operator turns storage.secretRef
 into AWS_* variables. botocore retries throttling, 5xx and connection errors
 with exponential backoff and jitter; errors no retry fixes (no such bucket,
 access denied, no credentials, an endpoint that is not S3) become a
-StorageError naming the URI.
+StorageError naming the URI. check() sorts its errors with faults.classify():
+a store that is unwell gives a TransientStorageError instead.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from kuberl.api.contract import REGION_KEY
 from kuberl.trainer.storage.base import NotFound, StorageError
+from kuberl.trainer.storage.faults import TransientStorageError, classify
 
 MULTIPART_THRESHOLD = 16 << 20
 MULTIPART_CHUNK = 16 << 20
@@ -61,7 +64,7 @@ class S3Store:
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         self.endpoint = endpoint
         # botocore reads AWS_DEFAULT_REGION; the operator (and AWS's own SDKs) set AWS_REGION.
-        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or None
+        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get(REGION_KEY) or None
         self._options = {"max_attempts": max_attempts, "connect_timeout": connect_timeout,
                          "read_timeout": read_timeout}
         self._client: Any = None
@@ -221,28 +224,38 @@ class S3Store:
                 raise self._translate(e, prefix) from e
 
     def check(self) -> None:
-        """Fail fast, before training, when the store cannot be used: a StorageError naming the URI."""
-        from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
-
-        # Few attempts and short timeouts: a bad endpoint should fail in seconds, not minutes.
-        client = self._make_client(max_attempts=2, connect_timeout=3.0, read_timeout=10.0)
+        """Fail fast, before training, when the store cannot be used: a StorageError naming the URI
+        for a user's mistake (classify() says permanent), a TransientStorageError for a store that is
+        unwell (5xx, throttling, a refused connection), which the caller retries for a while."""
+        # Few attempts and short timeouts per check: the caller's retry loop spaces the checks out.
         where = f" at {self.endpoint}" if self.endpoint else ""
+        try:
+            client = self._make_client(max_attempts=2, connect_timeout=3.0, read_timeout=10.0)
+        except ValueError as e:  # botocore: "Invalid endpoint: ..."
+            raise StorageError(f"storage.endpoint: {self.endpoint!r} is not a valid URL ({e})") from e
         try:
             client.head_bucket(Bucket=self.bucket)
             client.list_objects_v2(Bucket=self.bucket, Prefix=self._key(""), MaxKeys=1)
-        except EndpointConnectionError as e:
-            raise StorageError(f"storage {self.uri}: cannot reach the S3 endpoint{where}: {e}") from e
-        except ClientError as e:
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        except Exception as e:
+            raise self._check_error(e, where) from e
+
+    def _check_error(self, error: Exception, where: str) -> Exception:
+        from botocore.exceptions import ClientError, EndpointConnectionError
+
+        if isinstance(error, EndpointConnectionError):
+            message = f"storage {self.uri}: cannot reach the S3 endpoint{where}: {error}"
+        elif isinstance(error, ClientError):
+            code = str(error.response.get("Error", {}).get("Code", ""))
+            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in ("404", "NoSuchBucket"):
-                raise StorageError(f"storage {self.uri}: bucket {self.bucket!r} does not exist{where}") from e
+                return StorageError(f"storage {self.uri}: bucket {self.bucket!r} does not exist{where}")
             if code in ("403", "AccessDenied") or status == 403:
-                raise StorageError(f"storage {self.uri}: access denied to bucket {self.bucket!r}{where} "
-                                   "(check the credentials of storage.secretRef / AWS_* variables)") from e
-            raise StorageError(f"storage {self.uri}: the store{where} answered {code or status}: {e}") from e
-        except BotoCoreError as e:
-            translated = self._translate(e, "")
+                return StorageError(f"storage {self.uri}: access denied to bucket {self.bucket!r}{where} "
+                                    "(check the credentials of storage.secretRef / AWS_* variables)")
+            message = f"storage {self.uri}: the store{where} answered {code or status}: {error}"
+        else:
+            translated = self._translate(error, "")
             if isinstance(translated, StorageError):
-                raise translated from e
-            raise StorageError(f"storage {self.uri}: cannot use the S3 endpoint{where}: {e}") from e
+                return translated
+            message = f"storage {self.uri}: cannot use the S3 endpoint{where}: {error}"
+        return TransientStorageError(message) if classify(error) == "transient" else StorageError(message)

@@ -1,0 +1,50 @@
+"""The algorithm registry: the one table every part reads to know which algorithms exist.
+
+Each row names an algorithm (`spec.algorithm`), its hyperparameter model (what `spec.config` may
+hold), the trainer's config class as an import path (loaded lazily, so that the operator, which
+imports `kuberl.api`, never imports torch), the Gymnasium space classes it can act in and observe,
+and the replay it uses. The CRD's enum, validation, the reference docs, `kuberl train`'s env checks
+and `AlgorithmConfig.from_experiment` all read it.
+
+Adding an algorithm: one module under `kuberl/trainer/algorithms/` (its config, loss and update
+step), its hyperparameter model in `kuberl.api.hyperparams`, and one row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kuberl.api.hyperparams import ApexDQNParams, CommonParams, DQNParams, PPOParams
+
+Replay = Literal["none", "local", "shards"]  # none: on-policy; local: one buffer in the learner; shards: actors
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    name: str
+    hyperparams: type[CommonParams]
+    config_class: str  # "module:Class" of the trainer's AlgorithmConfig subclass
+    action_spaces: tuple[str, ...]  # gymnasium.spaces class names
+    observation_spaces: tuple[str, ...]
+    replay: Replay
+
+    @property
+    def off_policy(self) -> bool:
+        return self.replay != "none"
+
+
+REGISTRY: dict[str, AlgorithmEntry] = {
+    entry.name: entry
+    for entry in (
+        AlgorithmEntry("ppo", PPOParams, "kuberl.trainer.algorithms.ppo:PPOConfig",
+                       action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
+        AlgorithmEntry("dqn", DQNParams, "kuberl.trainer.algorithms.dqn:DQNConfig",
+                       action_spaces=("Discrete",), observation_spaces=("Box",), replay="local"),
+        AlgorithmEntry("apex-dqn", ApexDQNParams, "kuberl.trainer.algorithms.apex:ApexDQNConfig",
+                       action_spaces=("Discrete",), observation_spaces=("Box",), replay="shards"),
+    )
+}
+
+ALGORITHM_NAMES: tuple[str, ...] = tuple(REGISTRY)
+HYPERPARAMS: dict[str, type[CommonParams]] = {name: entry.hyperparams for name, entry in REGISTRY.items()}

@@ -1,0 +1,279 @@
+"""The Algorithm base class: the loop every algorithm shares around its own update step.
+
+A subclass (PPO, DQN, Ape-X DQN) implements `setup()`, `training_step()`,
+`compute_actions()`, `learner_state()` and `load_learner_state()`; this class
+keeps the counters, the 100-episode return window, the episode sink and the
+callbacks, the master observation filter, seeds, checkpoints and evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
+from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
+from kuberl.trainer.sampling.envs import env_spaces, make_env
+from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig
+
+if TYPE_CHECKING:
+    from kuberl.api.hyperparams import CommonParams
+    from kuberl.api.types import RLExperiment
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+    from kuberl.trainer.sampling.worker_set import WorkerSet
+
+RETURN_WINDOW = 100
+COUNTERS_FILE = "counters.json"
+RNG_FILE = "rng.pt"
+FILTER_FILE = "filter.npz"
+
+
+def seed_everything(seed: int | None) -> np.random.Generator:
+    """Seed Python, numpy and torch; the algorithm's own numpy generator comes back."""
+    if seed is not None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+    return np.random.default_rng(seed)
+
+
+class Algorithm:
+    """One experiment's training state; `train()` runs one iteration."""
+
+    def __init__(self, config: AlgorithmConfig):
+        self.config = config
+        self.experiment: RLExperiment = config.experiment
+        self.spec = self.experiment.spec
+        self.params: CommonParams = config.params
+        self.callbacks = config.callbacks_hooks
+        self.episode_sink: Callable[[dict[str, Any]], None] | None = None
+        self.iteration = 0
+        self.timesteps = 0
+        self.episodes = 0
+        self.time_total = 0.0
+        self.policy_version = 0
+        self.return_window: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.np_random = seed_everything(self.params.seed)
+        self.device = learner_device(self.spec.learner.gpus)
+        configure_cpu_threads()
+        spaces = env_spaces(self.spec.env.id, self.spec.env.config)
+        self.observation_space = spaces.observation_space
+        self.action_space = spaces.action_space
+        self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
+        self.workers: WorkerSet | None = None
+        self.setup()
+
+    # -- what a subclass implements --------------------------------------------------------------
+    def setup(self) -> None:
+        """Build models, optimizers and workers."""
+        raise NotImplementedError
+
+    def training_step(self) -> dict[str, Any]:
+        """Sample and learn once. Returns {"envSteps": int, ...algorithm-specific nested stats}."""
+        raise NotImplementedError
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
+        """Actions for a batch of filtered observations, from the learner's model."""
+        raise NotImplementedError
+
+    def learner_state(self) -> dict[str, bytes]:
+        """Checkpoint files of the learner: model, optimizer, exploration schedule."""
+        raise NotImplementedError
+
+    def load_learner_state(self, files: dict[str, bytes]) -> None:
+        raise NotImplementedError
+
+    def worker_weights(self) -> Any:
+        """What rollout workers' policies load (numpy arrays, cheap to ship)."""
+        raise NotImplementedError
+
+    # -- helpers for subclasses ------------------------------------------------------------------
+    def worker_config(self, seed_offset: int = 0) -> WorkerConfig:
+        spec = self.spec
+        return WorkerConfig(
+            env_id=spec.env.id,
+            env_config=dict(spec.env.config),
+            num_envs=spec.rollouts.envs_per_worker,
+            fragment_length=spec.rollouts.fragment_length,
+            observation_filter=self.params.observation_filter,
+            experiment=self.experiment.name,
+            seed=None if self.params.seed is None else self.params.seed + seed_offset,
+            record_steps=spec.traces.enabled and spec.traces.steps,
+        )
+
+    def sync_weights(self) -> None:
+        """Publish the learner's weights to every rollout worker."""
+        self.policy_version += 1
+        if self.workers is not None:
+            self.workers.sync_weights(self.worker_weights(), self.policy_version)
+
+    def sync_filters(self, batches: list[SampleBatch]) -> None:
+        """Merge the workers' filter deltas into the master filter and send it back to them."""
+        for batch in batches:
+            self.obs_filter.apply_delta(batch.filter_delta)
+        if self.workers is not None:
+            self.workers.sync_filter(self.obs_filter.get_state())
+
+    def record_episodes(self, records: list[dict[str, Any]]) -> None:
+        """Count finished episodes, feed the return window, the sink and the callbacks."""
+        for record in records:
+            self.episodes += 1
+            record["episode"] = self.episodes
+            self.return_window.append(record["return"])
+            if self.episode_sink is not None:
+                self.episode_sink(record)
+            self.callbacks.episode_end(self, record)
+
+    def collect(self) -> list[SampleBatch]:
+        """Sample every worker once, then sync filters and record the finished episodes."""
+        assert self.workers is not None
+        batches = self.workers.sample()
+        self.sync_filters(batches)
+        for batch in batches:
+            self.record_episodes(batch.episodes)
+        return batches
+
+    # -- the public surface ----------------------------------------------------------------------
+    @property
+    def episode_return_mean(self) -> float | None:
+        return float(np.mean(self.return_window)) if self.return_window else None
+
+    def train(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        stats = self.training_step()
+        elapsed = time.perf_counter() - started
+        env_steps = int(stats.pop("envSteps"))
+        self.iteration += 1
+        self.timesteps += env_steps
+        self.time_total += elapsed
+        result: dict[str, Any] = {
+            "iteration": self.iteration,
+            "timesteps": self.timesteps,
+            "episodes": self.episodes,
+            "episodeReturnMean": self.episode_return_mean,
+            "envStepsPerSecond": env_steps / elapsed if elapsed > 0 else 0.0,
+            "timeSeconds": self.time_total,
+            "iterationSeconds": elapsed,
+            "policyVersion": self.policy_version,
+            **stats,
+        }
+        if self.workers is not None:
+            result.setdefault("sampler", {})["workerRestarts"] = self.workers.restarts
+        self.callbacks.train_result(self, result)
+        return result
+
+    def get_state(self) -> dict[str, bytes]:
+        counters = {
+            "algorithm": self.spec.algorithm,
+            "iteration": self.iteration,
+            "timesteps": self.timesteps,
+            "episodes": self.episodes,
+            "timeSeconds": self.time_total,
+            "policyVersion": self.policy_version,
+            "returnWindow": list(self.return_window),
+        }
+        rng = {
+            "torch": torch.get_rng_state(),
+            "numpy": json.dumps(self.np_random.bit_generator.state),
+            "python": json.dumps(random.getstate()),
+        }
+        files = {
+            COUNTERS_FILE: json.dumps(counters, indent=1).encode(),
+            RNG_FILE: torch_bytes(rng),
+            FILTER_FILE: stats_to_bytes(self.obs_filter.get_state()),
+        }
+        files.update(self.learner_state())
+        return files
+
+    def set_state(self, files: dict[str, bytes]) -> None:
+        counters = json.loads(files[COUNTERS_FILE])
+        if counters.get("algorithm", self.spec.algorithm) != self.spec.algorithm:
+            raise ValueError(f"the checkpoint is of algorithm {counters['algorithm']!r}, not {self.spec.algorithm!r}")
+        self.iteration = int(counters["iteration"])
+        self.timesteps = int(counters["timesteps"])
+        self.episodes = int(counters["episodes"])
+        self.time_total = float(counters["timeSeconds"])
+        self.policy_version = int(counters["policyVersion"])
+        self.return_window = deque(counters["returnWindow"], maxlen=RETURN_WINDOW)
+        if RNG_FILE in files:
+            rng = torch_load_bytes(files[RNG_FILE])
+            torch.set_rng_state(rng["torch"])
+            self.np_random.bit_generator.state = json.loads(rng["numpy"])
+            version, state, gauss = json.loads(rng["python"])
+            random.setstate((version, tuple(state), gauss))
+        self.obs_filter.set_state(stats_from_bytes(files.get(FILTER_FILE, b"")))
+        self.load_learner_state(files)
+        self.policy_version -= 1  # sync_weights counts the broadcast below
+        self.sync_weights()
+        if self.workers is not None:
+            self.workers.sync_filter(self.obs_filter.get_state())
+
+    def save(self, uri_or_path: str) -> str:
+        """Write a checkpoint under a run root (file:// path, plain path or s3://); returns its URI."""
+        from kuberl.trainer.storage.base import open_store
+        from kuberl.trainer.storage.checkpoints import write_checkpoint
+
+        info = write_checkpoint(open_store(str(uri_or_path)), self.iteration, self.get_state(), timesteps=self.timesteps)
+        return info.uri
+
+    def restore(self, uri_or_path: str) -> None:
+        """Load a checkpoint directory, or the latest complete checkpoint under a run root."""
+        from kuberl.trainer.storage.checkpoints import load_checkpoint
+
+        files, _info = load_checkpoint(str(uri_or_path), endpoint=self.spec.storage.endpoint)
+        self.set_state(files)
+
+    def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
+        filtered = self.obs_filter(np.asarray(obs, dtype=np.float32)[None], update=False)
+        action = self.compute_actions(filtered, explore)[0]
+        return action.item() if np.ndim(action) == 0 else action
+
+    def evaluate(self, episodes: int = 10, *, explore: bool = False, seed: int | None = None) -> dict[str, Any]:
+        """Play whole episodes with the learner's policy (no learning); returns their statistics."""
+        env = make_env(self.spec.env.id, self.spec.env.config)
+        returns: list[float] = []
+        lengths: list[int] = []
+        base_seed = seed if seed is not None else (self.params.seed or 0) + 10_000
+        try:
+            for i in range(episodes):
+                obs, _ = env.reset(seed=base_seed + i)
+                total, length, done = 0.0, 0, False
+                while not done:
+                    action = self.compute_single_action(obs, explore)
+                    if hasattr(env.action_space, "low"):
+                        action = np.clip(action, env.action_space.low, env.action_space.high)
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total += float(reward)
+                    length += 1
+                    done = terminated or truncated
+                returns.append(total)
+                lengths.append(length)
+        finally:
+            env.close()
+        return {
+            "episodes": episodes,
+            "episodeReturnMean": float(np.mean(returns)) if returns else None,
+            "episodeReturnStd": float(np.std(returns)) if returns else None,
+            "episodeReturnMin": float(np.min(returns)) if returns else None,
+            "episodeReturnMax": float(np.max(returns)) if returns else None,
+            "episodeLengthMean": float(np.mean(lengths)) if lengths else None,
+            "returns": returns,
+        }
+
+    def stop(self) -> None:
+        if self.workers is not None:
+            self.workers.stop()
+
+    def __enter__(self) -> Algorithm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,201 @@
+"""AlgorithmConfig: a fluent builder grouped like the manifest's sections.
+
+    PPOConfig().environment("CartPole-v1").rollouts(workers=2, envs_per_worker=8)
+        .training(lr=3e-4).resources(learner_gpus=0).debugging(seed=1).build()
+
+The builder keeps a manifest document: `.build()` validates it with exactly
+the code `kuberl train` uses on YAML (same field paths, same messages), so
+Python keyword names are the manifest's names in snake_case.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from pydantic.alias_generators import to_camel
+
+from kuberl.api.algorithms import REGISTRY
+from kuberl.api.hyperparams import CommonParams
+from kuberl.api.types import API_VERSION, KIND, RLExperiment
+from kuberl.api.validation import FieldError, ManifestError, hyperparams_for, load_manifest, validate_document
+from kuberl.trainer.run.callbacks import Callbacks, EpisodeHook, ResultHook
+
+if TYPE_CHECKING:
+    from kuberl.trainer.algorithms.base import Algorithm
+
+def _camel(values: dict[str, Any]) -> dict[str, Any]:
+    return {to_camel(k): v for k, v in values.items() if v is not None}
+
+
+def _default_name(algorithm: str, env_id: str | None) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{algorithm}-{env_id or 'env'}".lower()).strip("-")
+    return name[:63] or "kuberl"
+
+
+class AlgorithmConfig:
+    """Settings of one algorithm run; subclasses fix `algorithm` and the Algorithm class they build."""
+
+    algorithm: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        if not self.algorithm:
+            raise TypeError("use an algorithm's config (PPOConfig, DQNConfig, ...) or algorithm_config_for()")
+        self.document: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {},
+            "spec": {"algorithm": self.algorithm, "env": {}, "config": {}},
+        }
+        self.callbacks_hooks = Callbacks()
+        self._experiment: RLExperiment | None = None
+        self._params: CommonParams | None = None
+
+    # -- builder methods, one per manifest section -----------------------------------------------
+    def _section(self, name: str) -> dict[str, Any]:
+        self._experiment = None
+        return self.document["spec"].setdefault(name, {})
+
+    def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None) -> Self:
+        section = self._section("env")
+        if env is not None:
+            section["id"] = env
+        if env_config is not None:
+            section["config"] = dict(env_config)
+        return self
+
+    def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
+                 fragment_length: int | None = None) -> Self:
+        self._section("rollouts").update(
+            _camel({"workers": workers, "envs_per_worker": envs_per_worker, "fragment_length": fragment_length})
+        )
+        return self
+
+    def replay(self, *, shards: int | None = None, capacity: int | None = None, prioritized: bool | None = None) -> Self:
+        self._section("replay").update(_camel({"shards": shards, "capacity": capacity, "prioritized": prioritized}))
+        return self
+
+    def training(self, **params: Any) -> Self:
+        """Hyperparameters by name (see kuberl.api.hyperparams): lr=3e-4, gamma=0.99, ..."""
+        self._section("config").update(_camel(params))
+        return self
+
+    def resources(self, *, learner_gpus: int | None = None) -> Self:
+        self._section("learner").update(_camel({"gpus": learner_gpus}))
+        return self
+
+    def debugging(self, *, seed: int | None = None) -> Self:
+        self._section("config").update(_camel({"seed": seed}))
+        return self
+
+    def stopping(self, *, timesteps: int | None = None, episode_return_mean: float | None = None,
+                 time_seconds: int | None = None, iterations: int | None = None) -> Self:
+        self._section("stop").update(
+            _camel({"timesteps": timesteps, "episode_return_mean": episode_return_mean,
+                    "time_seconds": time_seconds, "iterations": iterations})
+        )
+        return self
+
+    def traces(self, *, enabled: bool | None = None, steps: bool | None = None) -> Self:
+        self._section("traces").update(_camel({"enabled": enabled, "steps": steps}))
+        return self
+
+    def callbacks(self, *, on_episode_end: EpisodeHook | None = None,
+                  on_train_result: ResultHook | None = None) -> Self:
+        self.callbacks_hooks = Callbacks(
+            on_episode_end=on_episode_end or self.callbacks_hooks.on_episode_end,
+            on_train_result=on_train_result or self.callbacks_hooks.on_train_result,
+        )
+        return self
+
+    def named(self, name: str, namespace: str | None = None) -> Self:
+        self.document["metadata"] = {"name": name, **({"namespace": namespace} if namespace else {})}
+        self._experiment = None
+        return self
+
+    # -- validation and building -----------------------------------------------------------------
+    def to_document(self) -> dict[str, Any]:
+        doc = copy.deepcopy(self.document)
+        if not doc["metadata"].get("name"):
+            doc["metadata"]["name"] = _default_name(self.algorithm, doc["spec"]["env"].get("id"))
+        return doc
+
+    def validate(self) -> RLExperiment:
+        """The validated experiment; raises ManifestError naming every bad field."""
+        if self._experiment is not None:
+            return self._experiment
+        from kuberl.trainer.run.checks import env_errors
+
+        doc = self.to_document()
+        try:
+            experiment = validate_document(doc)
+        except ManifestError as exc:
+            # A Python run may go without stop criteria: the caller decides when to stop calling train().
+            errors = [e for e in exc.errors if e.path != "spec.stop"]
+            if errors:
+                raise ManifestError(errors) from None
+            doc["spec"]["stop"] = {"iterations": 2**31 - 1}
+            experiment = validate_document(doc)
+            experiment.spec.stop.iterations = None
+        errors = env_errors(experiment)
+        if errors:
+            raise ManifestError(errors)
+        self._experiment = experiment
+        self._params = hyperparams_for(experiment)
+        return experiment
+
+    @property
+    def experiment(self) -> RLExperiment:
+        return self.validate()
+
+    @property
+    def params(self) -> CommonParams:
+        self.validate()
+        assert self._params is not None
+        return self._params
+
+    def algorithm_class(self) -> type[Algorithm]:
+        raise NotImplementedError
+
+    def build(self) -> Algorithm:
+        self.validate()
+        return self.algorithm_class()(self)
+
+    def copy(self) -> Self:
+        clone = copy.copy(self)
+        clone.document = copy.deepcopy(self.document)
+        return clone
+
+    # -- from YAML -------------------------------------------------------------------------------
+    @classmethod
+    def from_experiment(cls, experiment: RLExperiment) -> AlgorithmConfig:
+        """The config of a validated RLExperiment (of this class's algorithm, or any from the base class)."""
+        algorithm = experiment.spec.algorithm
+        config_class = config_class_for(algorithm) if not cls.algorithm else cls
+        if config_class.algorithm != algorithm:
+            raise ManifestError([FieldError("spec.algorithm", f"is {algorithm!r}, not {config_class.algorithm!r}")])
+        config = config_class()
+        config.document = experiment.to_manifest()
+        config.document.pop("status", None)
+        return config
+
+    @classmethod
+    def from_manifest(cls, path: str | Path, overrides: list[str] | None = None) -> AlgorithmConfig:
+        text = Path(path).read_text()
+        return cls.from_experiment(load_manifest(text, overrides=overrides, source=str(path)))
+
+
+def config_class_for(algorithm: str) -> type[AlgorithmConfig]:
+    """The AlgorithmConfig subclass the registry names for `algorithm`, imported on first use."""
+    if algorithm not in REGISTRY:
+        raise ManifestError([FieldError("spec.algorithm", f"must be one of {sorted(REGISTRY)}")])
+    module_name, _, class_name = REGISTRY[algorithm].config_class.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def algorithm_config_for(experiment: RLExperiment) -> AlgorithmConfig:
+    """The AlgorithmConfig the driver builds for a validated RLExperiment."""
+    return AlgorithmConfig.from_experiment(experiment)

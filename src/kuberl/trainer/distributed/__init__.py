@@ -1,0 +1,1 @@
+"""Ray wiring: starting and joining Ray, the Ape-X actors, actor-death errors."""

@@ -1,0 +1,1 @@
+"""Pieces learners share: GAE, schedules and device placement."""

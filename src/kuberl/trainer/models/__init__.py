@@ -1,0 +1,1 @@
+"""Torch networks (MLP bodies, actor-critic, Q-network), the numpy fast path and weight helpers."""

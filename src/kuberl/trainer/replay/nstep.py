@@ -1,0 +1,99 @@
+"""n-step transitions, the rows replay memory holds, from rollout fragments (pure numpy).
+
+A transition here is (obs, action, reward, next_obs, discount) where `reward` is the discounted
+sum of up to n rewards, `next_obs` is the observation to bootstrap from and `discount` is
+gamma^m for an m-step transition, or 0 when the episode terminated within those m steps. The
+TD target is then simply reward + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a))
+(see `kuberl.trainer.algorithms.dqn`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kuberl.trainer.replay.buffers import Batch
+
+if TYPE_CHECKING:
+    from kuberl.trainer.sampling.policies import QPolicy
+    from kuberl.trainer.sampling.rollout_worker import SampleBatch
+
+TRANSITION_KEYS = ("obs", "action", "reward", "next_obs", "discount")
+
+
+def nstep_transitions(
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    *,
+    gamma: float,
+    n: int,
+) -> Batch:
+    """n-step transitions from a fragment of T steps of E envs, flattened to T*E rows (time-major).
+
+    Inputs are [T, E, ...]: `next_obs[t]` is the true observation after step t (the final one when
+    the episode ended there, never the reset one). A transition stops early at the end of its
+    episode or of the fragment, bootstrapping from wherever it stopped: a truncated episode
+    (time limit) bootstraps, a terminated one does not (discount 0).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    rewards = np.asarray(rewards, dtype=np.float64)
+    steps, envs = rewards.shape[:2]
+    terminated = np.asarray(terminated, dtype=bool)
+    ended = terminated | np.asarray(truncated, dtype=bool)
+    returns = np.zeros((steps, envs))
+    discount = np.ones((steps, envs))
+    last = np.repeat(np.arange(steps)[:, None], envs, axis=1)  # the step each transition bootstraps after
+    alive = np.ones((steps, envs), dtype=bool)
+    start = np.arange(steps)
+    for k in range(n):
+        idx = start + k
+        in_fragment = (idx < steps)[:, None]
+        take = alive & in_fragment
+        row = np.minimum(idx, steps - 1)
+        returns += np.where(take, discount * rewards[row], 0.0)
+        discount = np.where(take, discount * gamma, discount)
+        last = np.where(take, row[:, None], last)
+        hit_terminal = take & terminated[row]
+        discount = np.where(hit_terminal, 0.0, discount)
+        alive = take & ~ended[row]
+    env_index = np.broadcast_to(np.arange(envs), (steps, envs))
+    return {
+        "obs": _flatten(np.asarray(obs)),
+        "action": _flatten(np.asarray(actions)),
+        "reward": returns.reshape(-1).astype(np.float32),
+        "next_obs": _flatten(np.asarray(next_obs)[last, env_index]),
+        "discount": discount.reshape(-1).astype(np.float32),
+    }
+
+
+def _flatten(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def transitions_from_batch(batch: SampleBatch, *, gamma: float, n_step: int) -> Batch:
+    """n-step transitions of a rollout batch, valid rows only."""
+    data = batch.data
+    out = nstep_transitions(
+        data["obs"], data["actions"], data["rewards"], data["next_obs"], data["terminateds"], data["truncateds"],
+        gamma=gamma, n=n_step,
+    )
+    valid = data["valid"].reshape(-1)
+    out = {k: v[valid] for k, v in out.items()}
+    out["obs"] = out["obs"].astype(np.float32, copy=False)
+    out["next_obs"] = out["next_obs"].astype(np.float32, copy=False)
+    if "q_taken" in data:
+        out["q_taken"] = data["q_taken"].reshape(-1)[valid]
+    return out
+
+
+def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
+    """|n-step TD error| under the worker's own network (Ape-X: actors prioritise what they add)."""
+    next_q = policy.q_values(transitions["next_obs"]).max(axis=1)
+    target = transitions["reward"] + transitions["discount"] * next_q
+    return np.abs(target - transitions["q_taken"]).astype(np.float32)

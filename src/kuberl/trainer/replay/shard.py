@@ -1,0 +1,51 @@
+"""A replay shard: one slice of Ape-X's replay memory, as a Ray actor that asks for no CPU.
+
+Rollout workers `add` their n-step transitions (with the priorities they computed) straight to a
+shard; the learner `sample`s from every shard and sends `update_priorities` back. Shards keep
+no references to anyone, so a lost shard costs only its samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
+
+
+class ReplayShard:
+    """A prioritized (or uniform) replay buffer behind an actor-friendly API."""
+
+    def __init__(self, index: int, capacity: int, *, prioritized: bool = True, alpha: float = 0.6,
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None):
+        self.index = index
+        shard_seed = None if seed is None else seed + 7919 * (index + 1)
+        self.buffer = make_replay_buffer(capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
+                                         seed=shard_seed)
+
+    def add(self, batch: Batch, priorities: np.ndarray | None = None) -> int:
+        """Store transitions; returns the transitions ever added to this shard."""
+        self.buffer.add(batch, priorities)
+        return self.buffer.storage.adds
+
+    def sample(self, batch_size: int, beta: float, min_size: int = 1) -> tuple[Batch | None, int]:
+        """(a prioritized sample, or None while the shard holds fewer than `min_size`; adds so far)."""
+        if len(self.buffer) < max(1, min_size):
+            return None, self.buffer.storage.adds
+        return self.buffer.sample(batch_size, beta=beta), self.buffer.storage.adds
+
+    def update_priorities(self, ids: np.ndarray, td_errors: np.ndarray) -> int:
+        return self.buffer.update_priorities(ids, td_errors)
+
+    def stats(self) -> dict[str, Any]:
+        return self.buffer.stats()
+
+
+def start_replay_shard(index: int, capacity: int, **buffer_options: Any) -> Any:
+    """A ReplayShard actor; num_cpus=0 so shards fit on any node, beside busier actors."""
+    import ray
+
+    actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=0, name=None, **ACTOR_OPTIONS)
+    return actor.remote(index, capacity, **buffer_options)

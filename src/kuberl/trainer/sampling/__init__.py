@@ -1,0 +1,1 @@
+"""Sampling: envs, observation filters, the rollout worker, the worker set and the policies workers run."""

@@ -1,0 +1,101 @@
+"""The policies rollout workers run: PPO's actor in numpy, and epsilon-greedy over a Q-network.
+
+Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
+and loads the numpy weights the learner publishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from kuberl.api.hyperparams import DQNParams
+from kuberl.trainer.models.mlp import obs_size
+from kuberl.trainer.models.numpy_mlp import NumpyMLP
+from kuberl.trainer.models.q_network import QNetwork
+from kuberl.trainer.models.weights import load_weights
+
+
+class PPOSamplingPolicy:
+    """The actor in numpy, for rollout workers: samples actions and returns their log-probabilities."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, activation: str):
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.net = NumpyMLP(activation)
+        self.log_std: np.ndarray | None = None
+        self.rng = np.random.default_rng(seed)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.net.load(weights, prefix="net.")
+        if not self.discrete:
+            self.log_std = weights["log_std"].astype(np.float32)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        out = self.net(obs)
+        if self.discrete:
+            logits = out - out.max(axis=1, keepdims=True)
+            log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+            if explore:
+                # Gumbel-max: one vectorised draw from each row's categorical distribution.
+                actions = (log_probs - np.log(-np.log(self.rng.random(log_probs.shape)))).argmax(axis=1)
+            else:
+                actions = log_probs.argmax(axis=1)
+            logp = log_probs[np.arange(len(actions)), actions]
+            return actions.astype(np.int64), {"logp": logp.astype(np.float32)}
+        assert self.log_std is not None
+        std = np.exp(self.log_std)
+        noise = self.rng.standard_normal(out.shape).astype(np.float32) if explore else np.zeros_like(out)
+        actions = out + std * noise
+        logp = (-0.5 * noise**2 - self.log_std - 0.5 * np.log(2 * np.pi)).sum(axis=1)
+        return actions.astype(np.float32), {"logp": logp.astype(np.float32)}
+
+
+class QPolicy:
+    """Epsilon-greedy over a CPU copy of the Q-network; keeps Q(s, a) of each action for local priorities."""
+
+    def __init__(self, network: QNetwork, n_actions: int, seed: int):
+        self.network = network.eval()
+        self.n_actions = n_actions
+        self.epsilon = 1.0
+        self.rng = np.random.default_rng(seed)
+
+    def configure(self, epsilon: float | None = None) -> None:
+        if epsilon is not None:
+            self.epsilon = float(epsilon)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.network, weights)
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self.network(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        q = self.q_values(obs)
+        actions = q.argmax(axis=1)
+        if explore and self.epsilon > 0:
+            random = self.rng.random(len(actions)) < self.epsilon
+            actions = np.where(random, self.rng.integers(0, self.n_actions, len(actions)), actions)
+        q_taken = np.take_along_axis(q, actions[:, None], axis=1)[:, 0].astype(np.float32)
+        return actions.astype(np.int64), {"q_taken": q_taken}
+
+
+@dataclass(frozen=True)
+class QPolicyFactory:
+    """Builds a worker's QPolicy; a plain dataclass so that it pickles to Ray actors."""
+
+    hidden: tuple[int, ...]
+    activation: str
+    dueling: bool
+
+    @classmethod
+    def from_params(cls, params: DQNParams) -> QPolicyFactory:
+        return cls(tuple(params.hidden), params.activation, params.dueling)
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> QPolicy:
+        torch.manual_seed(seed)
+        network = QNetwork(obs_size(observation_space), int(action_space.n), self.hidden, self.activation, self.dueling)
+        return QPolicy(network, int(action_space.n), seed)

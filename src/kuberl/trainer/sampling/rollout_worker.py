@@ -1,0 +1,210 @@
+"""Rollout workers: step a vector of envs with one batched policy call per step.
+
+A `RolloutWorker` is plain Python; `kuberl.trainer.sampling.worker_set.WorkerSet`
+runs it in-process (`rollouts.workers: 0`, the fast path) or as N Ray actors.
+Workers know nothing about any algorithm: they take a `Policy` built by a
+picklable factory (PPO's samples with log-probs, DQN's with epsilon-greedy).
+
+A sample batch holds numpy arrays shaped [T, N, ...] (T = fragment_length, N =
+envs): obs, actions, rewards, terminateds, truncateds, next_obs (the real
+next observation, also at episode ends), valid (False on the step in which a
+native vector env resets an env: no transition happened there), plus the
+policy's extras (PPO: logp).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from kuberl.trainer.sampling.envs import autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.filters import RunningStats, make_filter
+
+
+class Policy(Protocol):
+    """What a rollout worker needs from a policy."""
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of (filtered) observations, and per-row extras to keep in the batch."""
+        ...
+
+    def set_weights(self, weights: Any) -> None: ...
+
+
+# (observation_space, action_space, seed) -> Policy; must pickle (it travels to Ray actors).
+PolicyFactory = Callable[[gym.Space, gym.Space, int], Policy]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    env_id: str
+    env_config: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 8
+    fragment_length: int = 64
+    observation_filter: str = "none"
+    experiment: str = ""
+    seed: int | None = None
+    record_steps: bool = False
+
+
+@dataclass
+class SampleBatch:
+    data: dict[str, np.ndarray]
+    episodes: list[dict[str, Any]]
+    env_steps: int  # real transitions (valid rows)
+    worker: int
+    policy_version: int
+    filter_delta: RunningStats | None = None
+    sample_seconds: float = 0.0
+
+
+def worker_seed(seed: int | None, worker_index: int) -> int | None:
+    return None if seed is None else seed + 1000 * worker_index
+
+
+class RolloutWorker:
+    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
+        self.config = config
+        self.worker_index = worker_index
+        self.env = make_vector_env(config.env_id, config.env_config, config.num_envs)
+        self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
+        obs_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        seed = worker_seed(config.seed, worker_index)
+        self.policy = policy_factory(obs_space, self.action_space, 0 if seed is None else seed)
+        self.filter = make_filter(config.observation_filter, tuple(obs_space.shape))
+        self.policy_version = 0
+        self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        raw_obs, _ = self.env.reset(seed=seed)
+        self.obs = self.filter(raw_obs)
+        self.raw_obs = raw_obs
+        n = config.num_envs
+        self.resetting = np.zeros(n, dtype=bool)  # native autoreset: this step only resets the env
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.episode_length = np.zeros(n, dtype=np.int64)
+        self.episode_start = np.full(n, time.time())
+        self.episode_steps: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        self.episode_seq = 0
+
+    # -- weights and settings from the learner --------------------------------------------------
+    def set_weights(self, weights: Any, policy_version: int) -> None:
+        self.policy.set_weights(weights)
+        self.policy_version = policy_version
+
+    def set_filter(self, state: RunningStats | None) -> None:
+        self.filter.set_state(state)
+
+    def configure_policy(self, **settings: Any) -> None:
+        """Pass algorithm settings (such as DQN's epsilon) to the policy's `configure`."""
+        self.policy.configure(**settings)  # type: ignore[attr-defined]
+
+    def ping(self) -> int:
+        return self.worker_index
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        if isinstance(self.action_space, gym.spaces.Box):
+            return np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions
+
+    def sample(self) -> SampleBatch:
+        """One fragment: `fragment_length` steps of every env."""
+        started = time.perf_counter()
+        T, N = self.config.fragment_length, self.config.num_envs
+        obs_shape = self.obs.shape[1:]
+        obs_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
+        next_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
+        rewards = np.empty((T, N), dtype=np.float32)
+        terminateds = np.empty((T, N), dtype=bool)
+        truncateds = np.empty((T, N), dtype=bool)
+        valid = np.empty((T, N), dtype=bool)
+        actions_buf: np.ndarray | None = None
+        extras: dict[str, np.ndarray] = {}
+        episodes: list[dict[str, Any]] = []
+        record_steps = self.config.record_steps
+
+        for t in range(T):
+            actions, policy_extras = self.policy.compute_actions(self.obs, True)
+            if actions_buf is None:
+                actions_buf = np.empty((T, *actions.shape), dtype=actions.dtype)
+                extras = {k: np.empty((T, *v.shape), dtype=v.dtype) for k, v in policy_extras.items()}
+            raw_next, reward, terminated, truncated, info = self.env.step(self._env_actions(actions))
+            next_obs = self.filter(raw_next)
+            step_valid = ~self.resetting
+            done = (terminated | truncated) & step_valid
+
+            obs_buf[t] = self.obs
+            next_buf[t] = next_obs
+            actions_buf[t] = actions
+            for k, v in policy_extras.items():
+                extras[k][t] = v
+            rewards[t] = reward
+            terminateds[t] = terminated & step_valid
+            truncateds[t] = truncated & step_valid
+            valid[t] = step_valid
+
+            if self.same_step_reset and done.any():
+                # The env already reset; the transition's real next obs is in the info.
+                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(np.float32)
+                next_buf[t][done] = self.filter(final, update=False)
+
+            self.episode_return += np.where(step_valid, reward, 0.0)
+            self.episode_length += step_valid
+            if record_steps:
+                for i in np.flatnonzero(step_valid):
+                    self.episode_steps[i].append(
+                        {"obs": self.raw_obs[i].tolist(), "action": actions[i].tolist(), "reward": float(reward[i])}
+                    )
+            if done.any():
+                episodes.extend(self._finish_episodes(np.flatnonzero(done)))
+            if not self.same_step_reset:
+                reset_now = self.resetting
+                self.resetting = done
+                self.episode_start[reset_now] = time.time()
+            self.obs = next_obs
+            self.raw_obs = raw_next
+
+        data = {
+            "obs": obs_buf, "actions": actions_buf, "rewards": rewards, "terminateds": terminateds,
+            "truncateds": truncateds, "next_obs": next_buf, "valid": valid, **extras,
+        }
+        return SampleBatch(
+            data=data, episodes=episodes, env_steps=int(valid.sum()), worker=self.worker_index,
+            policy_version=self.policy_version, filter_delta=self.filter.take_delta(),
+            sample_seconds=time.perf_counter() - started,
+        )
+
+    def _finish_episodes(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        now = time.time()
+        records = []
+        for i in indices:
+            self.episode_seq += 1
+            record: dict[str, Any] = {
+                "experiment": self.config.experiment,
+                "worker": self.worker_index,
+                "episode": self.episode_seq,
+                "env": self.config.env_id,
+                "return": float(self.episode_return[i]),
+                "length": int(self.episode_length[i]),
+                "policyVersion": self.policy_version,
+                "startTime": float(self.episode_start[i]),
+                "endTime": now,
+            }
+            if self.config.record_steps:
+                record["steps"] = self.episode_steps[i]
+                self.episode_steps[i] = []
+            records.append(record)
+        self.episode_return[indices] = 0.0
+        self.episode_length[indices] = 0
+        if self.same_step_reset:
+            self.episode_start[indices] = now
+        return records
+
+    def stop(self) -> None:
+        self.env.close()

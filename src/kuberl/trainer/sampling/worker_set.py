@@ -1,0 +1,125 @@
+"""N rollout workers: in-process when N is 0 (the fast path), else Ray actors sampled in parallel
+that get weights through the object store and are replaced when they die."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, SampleBatch, WorkerConfig
+
+log = logging.getLogger(__name__)
+
+
+class WorkerSet:
+    """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel."""
+
+    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
+                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
+        self.config = config
+        self.policy_factory = policy_factory
+        self.num_workers = num_workers
+        self.num_cpus_per_worker = num_cpus_per_worker
+        self.max_sample_attempts = max_sample_attempts
+        self.restarts = 0
+        self.local_worker: RolloutWorker | None = None
+        self.actors: list[Any] = []
+        self._weights: tuple[Any, int] | None = None  # (object ref or weights, version) for replacements
+        self._filter_state: RunningStats | None = None
+        self._policy_settings: dict[str, Any] = {}
+        if num_workers == 0:
+            self.local_worker = RolloutWorker(config, policy_factory, worker_index=0)
+        else:
+            from kuberl.trainer.distributed.ray_runtime import init_ray
+
+            init_ray()
+            self.actors = [self._new_actor(i + 1) for i in range(num_workers)]
+
+    def _new_actor(self, worker_index: int) -> Any:
+        import ray
+
+        actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
+                                                        **ACTOR_OPTIONS)
+        return actor_class.remote(self.config, self.policy_factory, worker_index)
+
+    def replace(self, position: int) -> None:
+        """Start a fresh actor in place of a dead one and bring it up to date."""
+        import ray
+
+        old = self.actors[position]
+        with contextlib.suppress(Exception):  # it may be gone already
+            ray.kill(old, no_restart=True)
+        actor = self._new_actor(position + 1)
+        if self._weights is not None:
+            actor.set_weights.remote(*self._weights)
+        if self._filter_state is not None:
+            actor.set_filter.remote(self._filter_state)
+        if self._policy_settings:
+            actor.configure_policy.remote(**self._policy_settings)
+        self.actors[position] = actor
+        self.restarts += 1
+        log.warning("rollout worker %d died; replaced it (%d replacements so far)", position + 1, self.restarts)
+
+    def sample(self) -> list[SampleBatch]:
+        """One batch from every worker that answers; dead workers are replaced and the others' batches kept."""
+        if self.local_worker is not None:
+            return [self.local_worker.sample()]
+        import ray
+
+        died = actor_died_errors()
+        for _ in range(self.max_sample_attempts):
+            refs = [actor.sample.remote() for actor in self.actors]
+            batches: list[SampleBatch] = []
+            for position, ref in enumerate(refs):
+                try:
+                    batches.append(ray.get(ref))
+                except died:
+                    self.replace(position)
+            if batches:
+                return batches
+        raise RuntimeError(f"every rollout worker died {self.max_sample_attempts} times in a row")
+
+    def sync_weights(self, weights: Any, policy_version: int) -> None:
+        if self.local_worker is not None:
+            self.local_worker.set_weights(weights, policy_version)
+            return
+        import ray
+
+        ref = ray.put(weights)
+        self._weights = (ref, policy_version)
+        for actor in self.actors:
+            actor.set_weights.remote(ref, policy_version)
+
+    def sync_filter(self, state: RunningStats | None) -> None:
+        if state is None:
+            return
+        if self.local_worker is not None:
+            self.local_worker.set_filter(state)
+            return
+        self._filter_state = state
+        for actor in self.actors:
+            actor.set_filter.remote(state)
+
+    def configure_policies(self, **settings: Any) -> None:
+        self._policy_settings.update(settings)
+        if self.local_worker is not None:
+            self.local_worker.configure_policy(**settings)
+            return
+        for actor in self.actors:
+            actor.configure_policy.remote(**settings)
+
+    def stop(self) -> None:
+        if self.local_worker is not None:
+            self.local_worker.stop()
+            self.local_worker = None
+        if self.actors:
+            import ray
+
+            for actor in self.actors:
+                with contextlib.suppress(Exception):  # it may be gone already
+                    ray.kill(actor, no_restart=True)
+            self.actors = []
