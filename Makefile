@@ -43,7 +43,8 @@ e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plan
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
 
-crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from the API types
+crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRD and docs/manifest.md
+	$(BIN)/python -m kuberl.api.podtemplate
 	$(BIN)/python -m kuberl.api.crd
 	$(BIN)/python -m kuberl.api.reference
 

@@ -154,6 +154,29 @@ _POD = [  # head and workers share the pod fields
     (UNKNOWN_FIELD, "tolerations[0].tolerationSecond", 5, True),
 ]
 
+_INIT = {"name": "fetch", "image": "busybox:1.37"}
+_TEMPLATE = [  # spec.<pod>.template: the upstream schema's fields stand for themselves; these are the refusals
+    (WRONG_TYPE, "template", "pod", True, "", None),
+    (UNKNOWN_FIELD, "template.spec.hostNetwork", True, True, "", None),
+    (UNKNOWN_FIELD, "template.spec.containers[0].image", "evil:latest", True, "", None),
+    (UNKNOWN_FIELD, "template.spec.containers[0].command", ["sh"], True, "", None),
+    (UNKNOWN_FIELD, "template.spec.volumes[0].hostPath", {"path": "/"}, True, "", None),
+    (WRONG_TYPE, "template.spec.containers[0].env", "FOO=1", True, "", None),
+    (OUT_OF_RANGE, "template.spec.initContainers[0].securityContext.privileged", True, True, "", _INIT),
+    (OUT_OF_RANGE, "template.spec.initContainers[0].securityContext.runAsUser", 0, True, "", _INIT),
+    (INCONSISTENT, "template.spec.containers[0].env[0]", {"name": "RAY_ADDRESS", "value": "x"}, False, ".name", None),
+    (INCONSISTENT, "template.spec.containers[0].resources.limits", {"cpu": "3"}, False, ".cpu", None),
+    (INCONSISTENT, "template.spec.volumes[0]", {"name": "tmp", "emptyDir": {}}, False, ".name", None),
+    (MALFORMED, "template.metadata.labels", {"kuberl.io/role": "x"}, False, ".kuberl.io/role", None),
+]
+
+
+def _template_case(pod: str, kind: str, path: str, value: Any, schema: bool, suffix: str,
+                   init: dict[str, Any] | None) -> BadInput:
+    base = {pod: {"template": {"spec": {"initContainers": [init]}}}} if init else {}
+    return C(f"{pod}.{path}", value, kind, schema, names=f"spec.{pod}.{path}{suffix}" if suffix else "", base=base)
+
+
 CASES: tuple[BadInput, ...] = (
     C("algorithm", DELETE, MISSING_REQUIRED, True),
     C("algorithm", "a3c", UNKNOWN_ENUM, True),
@@ -291,6 +314,9 @@ CASES: tuple[BadInput, ...] = (
     C("image", BIG_STRING, HOSTILE, True),
     C("image", "registry.example/trainer:1 --privileged", MALFORMED, True, note="whitespace in an image"),
     *(C(f"{pod}.{path}", value, kind, schema) for pod in ("head", "workers") for kind, path, value, schema in _POD),
+    *(_template_case(pod, *case) for pod in ("head", "workers") for case in _TEMPLATE),
+    C("scheduling.gang", "yes", WRONG_TYPE, True),
+    C("scheduling.schedulerName", "yunikorn", UNKNOWN_ENUM, True),
     C("workers.replicas", 1001, OUT_OF_RANGE, True),
     C("workers.replicas", "three", WRONG_TYPE, True),
     C("backoffLimit", 101, OUT_OF_RANGE, True),

@@ -71,7 +71,7 @@ def test_schema_carries_the_constraints():
     assert spec["properties"]["env"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"] is True
     status = _schema()["properties"]["status"]
     assert status["properties"]["phase"]["enum"] == [
-        "Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"
+        "Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"
     ]
 
 

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
-CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml", "pong-apex.yaml",
-                 "pong-ppo.yaml", "halfcheetah-ppo.yaml"]
+CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml",
+                 "pong-apex.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
+                 "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +156,33 @@ def test_the_evaluated_example_evaluates_films_and_keeps_the_best():
     spec = load_manifest((EXAMPLES / "cartpole-ppo-evaluated.yaml").read_text()).spec
     assert spec.evaluation.workers >= 1 and not spec.evaluation.explore and spec.evaluation.video is not None
     assert spec.checkpoint.keep_best and spec.stop.evaluation_return_mean == 500
+
+
+def test_platform_examples_build_kueue_gang_and_template_pods():
+    from kuberl.api.contract import DEFAULT_STATUS_PORT
+    from kuberl.operator.builders import Owner, build_head_pod, build_worker_pod, resolve_experiment
+    from kuberl.operator.builders.podgroup import build_pod_group, place_pod, placement_of
+    from kuberl.operator.settings import Settings
+    from kuberl_testing.schemas import validate_strict
+
+    owner = Owner("x", "research", "uid")
+    for name in ("cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"):
+        doc = yaml.safe_load((EXAMPLES / name).read_text())
+        experiment = resolve_experiment(load_manifest((EXAMPLES / name).read_text()), Settings(), "research")
+        placement = placement_of(doc["metadata"].get("labels"), experiment)
+        total = 1 + experiment.spec.workers.replicas
+        built = [build_head_pod(experiment, owner, 1, status_port=DEFAULT_STATUS_PORT),
+                 build_worker_pod(experiment, owner, 0, 1, status_port=DEFAULT_STATUS_PORT)]
+        pods = [place_pod(pod, placement, owner, attempt=1, total=total) for pod in built]
+        for pod in pods:
+            validate_strict(pod)
+        group = build_pod_group(experiment, owner, placement, pods[0], pods[1])
+        if name == "cartpole-gang.yaml":
+            validate_strict(group)
+            assert group["spec"]["minMember"] == 5
+        else:
+            assert group is None
+        if name == "cartpole-kueue.yaml":
+            assert pods[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+        if name == "cartpole-template.yaml":
+            assert all(p["spec"]["imagePullSecrets"] == [{"name": "registry-creds"}] for p in pods)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from kuberl.api.algorithms import ALGORITHM_NAMES
 from kuberl.api.base import StrictModel
+from kuberl.api.podtemplate import template_schema
 
 GROUP = "kuberl.io"
 VERSION = "v1alpha1"
@@ -24,7 +25,7 @@ SINGULAR = "rlexperiment"
 SHORT_NAMES = ["rlx"]
 
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
-Phase = Literal["Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
+Phase = Literal["Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
 # Kubernetes resource quantities ("500m", "2", "1.5", "4Gi", "512M").
@@ -201,12 +202,18 @@ class Toleration(StrictModel):
     toleration_seconds: int | None = Field(None, ge=0)
 
 
+# A partial PodTemplateSpec; its schema is cut from the Kubernetes API (podtemplate.py), and
+# validation.py checks it with the field paths named (a pydantic error could only name the template).
+PodTemplate = Annotated[dict[str, Any], WithJsonSchema(template_schema())]
+
+
 class PodSpec(StrictModel):
     cpu: CpuQuantity = Field("2", description="CPU request and limit.")
     memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
     node_selector: dict[str, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    template: PodTemplate | None = Field(None, description=template_schema()["description"])
 
     @field_validator("node_selector")
     @classmethod
@@ -223,6 +230,13 @@ class WorkersSpec(PodSpec):
     replicas: int = Field(0, ge=0, le=1000, description="Ray worker pods beside the head.")
     cpu: CpuQuantity = Field("4", description="CPU request and limit.")
     memory: MemoryQuantity = Field("8Gi", description="Memory request and limit.")
+
+
+class SchedulingSpec(StrictModel):
+    gang: bool = Field(False, description="Schedule the head and workers all at once (the scheduler's PodGroup).")
+    scheduler_name: Literal["volcano", "scheduler-plugins"] = Field(
+        "volcano", description="volcano (scheduling.volcano.sh PodGroup) or scheduler-plugins "
+                               "(scheduling.x-k8s.io PodGroup, the coscheduling plugin).")
 
 
 class RLExperimentSpec(StrictModel):
@@ -253,7 +267,9 @@ class RLExperimentSpec(StrictModel):
         description="Delete the pods this long after Succeeded/Failed (the resource stays).",
     )
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
-    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                                           description="The pods' PriorityClass; also the gang PodGroup's.")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
 
 class Condition(StrictModel):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import CommonParams
+from kuberl.api.podtemplate import template_errors
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 
 MAX_MANIFEST_BYTES = 1_000_000
@@ -247,6 +248,23 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     return errors
 
 
+MAIN_CONTAINERS = {"head": "head", "workers": "worker"}  # the container names pod.py gives
+
+
+def pod_template_errors(experiment: RLExperiment) -> list[FieldError]:
+    """spec.head.template and spec.workers.template: the allowed fields of the Kubernetes schema, and
+    nothing the operator owns or that would break the pods' security guarantees."""
+    spec = experiment.spec
+    storage_secret = spec.storage.secret_ref is not None
+    errors: list[FieldError] = []
+    for role, pod in (("head", spec.head), ("workers", spec.workers)):
+        if pod.template is not None:
+            errors += [FieldError(path, message) for path, message in
+                       template_errors(pod.template, f"spec.{role}.template", role, MAIN_CONTAINERS[role],
+                                       storage_secret=storage_secret)]
+    return errors
+
+
 def cluster_errors(experiment: RLExperiment) -> list[FieldError]:
     """Checks that matter only when the experiment runs as pods."""
     spec = experiment.spec
@@ -305,7 +323,7 @@ def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperime
         experiment = RLExperiment.model_validate(body)
     except ValidationError as exc:
         raise ManifestError(_pydantic_errors(exc, RLExperiment, "")) from None
-    errors = cross_field_errors(experiment)
+    errors = cross_field_errors(experiment) + pod_template_errors(experiment)
     try:
         hyperparams_for(experiment)
     except ManifestError as exc:
