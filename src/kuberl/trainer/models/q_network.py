@@ -24,7 +24,7 @@ class QNetwork(nn.Module):
         self.value = layer(size, 1, 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.body(obs.flatten(1))
+        features = self.body(obs.flatten(1).float())  # uint8 observations become float here, on the device
         advantage = self.advantage(features)
         if self.value is None:
             return advantage

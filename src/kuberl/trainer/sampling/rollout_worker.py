@@ -6,8 +6,9 @@ Workers know nothing about any algorithm: they take a `Policy` built by a
 picklable factory (PPO's samples with log-probs, DQN's with epsilon-greedy).
 
 A sample batch holds numpy arrays shaped [T, N, ...] (T = fragment_length, N =
-envs): obs, actions, rewards, terminateds, truncateds, next_obs (the real
-next observation, also at episode ends), valid (False on the step in which a
+envs): obs (float32, or the env's own integer dtype: uint8 images stay uint8),
+actions, rewards, terminateds, truncateds, next_obs (the real next
+observation, also at episode ends), valid (False on the step in which a
 native vector env resets an env: no transition happened there), plus the
 policy's extras (PPO: logp).
 """
@@ -64,6 +65,12 @@ class SampleBatch:
     sample_seconds: float = 0.0
 
 
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype observations travel and are stored in: integers (uint8 images) keep theirs, others float32."""
+    dtype = np.dtype(dtype)
+    return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
+
+
 def worker_seed(seed: int | None, worker_index: int) -> int | None:
     return None if seed is None else seed + 1000 * worker_index
 
@@ -117,9 +124,9 @@ class RolloutWorker:
         """One fragment: `fragment_length` steps of every env."""
         started = time.perf_counter()
         T, N = self.config.fragment_length, self.config.num_envs
-        obs_shape = self.obs.shape[1:]
-        obs_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
-        next_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
+        obs_shape, obs_dtype = self.obs.shape[1:], stored_dtype(self.obs.dtype)
+        obs_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
+        next_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         rewards = np.empty((T, N), dtype=np.float32)
         terminateds = np.empty((T, N), dtype=bool)
         truncateds = np.empty((T, N), dtype=bool)
@@ -151,7 +158,7 @@ class RolloutWorker:
 
             if self.same_step_reset and done.any():
                 # The env already reset; the transition's real next obs is in the info.
-                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(np.float32)
+                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(obs_dtype)
                 next_buf[t][done] = self.filter(final, update=False)
 
             self.episode_return += np.where(step_valid, reward, 0.0)
