@@ -11,7 +11,12 @@ import pytest
 
 from kuberl.trainer.replay.buffers import PrioritizedReplayBuffer, split_capacity
 from kuberl.trainer.replay.frames import NStepRows, encode_frames
-from kuberl.trainer.replay.memory import FrameLayout, bytes_per_transition, frames_per_transition, replay_bytes
+from kuberl.trainer.replay.memory import (
+    FrameLayout,
+    bytes_per_transition,
+    frames_per_transition,
+    replay_bytes,
+)
 from kuberl.trainer.replay.nstep import nstep_targets
 from kuberl_testing.fragments import StackedStreams
 
