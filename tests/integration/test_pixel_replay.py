@@ -25,6 +25,24 @@ def _observations(count: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 256, (count, *PIXEL_ENV[2]), dtype=np.uint8)
 
 
+def _restored(algo, config, tmp_path):
+    """Checkpoint `algo` and stop it; a fresh build restored from the checkpoint acts the same on uint8 frames."""
+    try:
+        uri = algo.save(tmp_path)
+        obs = _observations(10)
+        expected = [algo.compute_single_action(o) for o in obs]
+    finally:
+        algo.stop()
+    fresh = config.build()
+    try:
+        fresh.restore(uri)
+        assert [fresh.compute_single_action(o) for o in obs] == expected
+    except BaseException:
+        fresh.stop()
+        raise
+    return fresh
+
+
 def _check_replay_figures(result: dict, capacity_per_shard: int, observation_space) -> None:
     layout = FrameLayout.of(observation_space, 4)
     assert layout.stack_depth == 4 and layout.dtype == np.uint8  # single uint8 frames are stored
@@ -54,15 +72,11 @@ def test_dqn_from_pixels_end_to_end(tmp_path) -> None:
         assert sample["obs"].dtype == np.uint8 and sample["obs"].shape == (16, *obs_shape)  # what the learner gets
         assert sample["next_obs"].dtype == np.uint8
         assert len(algo.replay) == algo.timesteps  # nothing lost: the frame ring holds every transition
-        uri = algo.save(tmp_path)
-        obs = _observations(10)
-        expected = [algo.compute_single_action(o) for o in obs]
-    finally:
+    except BaseException:
         algo.stop()
-    fresh = config.build()
+        raise
+    fresh = _restored(algo, config, tmp_path)
     try:
-        fresh.restore(uri)
-        assert [fresh.compute_single_action(o) for o in obs] == expected
         assert fresh.learner.updates == result["learner"]["updates"]
     finally:
         fresh.stop()
@@ -92,15 +106,11 @@ def test_apex_from_pixels_with_two_workers_and_two_shards(tmp_path) -> None:
         assert batch["next_obs"].dtype == np.uint8
         updates = ray.get(algo.learner.progress.remote())[0]
         algo.stop()  # the learner updates until stopped; a stopped algorithm keeps its final model
-        uri = algo.save(tmp_path)
-        obs = _observations(10)
-        expected = [algo.compute_single_action(o) for o in obs]
-    finally:
+    except BaseException:
         algo.stop()
-    fresh = config.build()
+        raise
+    fresh = _restored(algo, config, tmp_path)
     try:
-        fresh.restore(uri)
-        assert [fresh.compute_single_action(o) for o in obs] == expected
         assert ray.get(fresh.learner.progress.remote())[0] >= updates > 0
         assert fresh.timesteps == result["timesteps"]
     finally:
