@@ -8,17 +8,17 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast e2e lint crds check-crds bench bench-deps clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps clean tools images
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # torch goes first and pinned: a plain "torch" requirement pulls gigabytes of CUDA packages.
 $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints.txt -e ".[trainer,operator,dev]" -e ./testing
+	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,operator,dev]" -e ./testing
 	touch $@
 
 install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools
@@ -30,7 +30,15 @@ test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q tests
 
 e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)
-	$(BIN)/python -m pytest -q e2e
+	$(BIN)/python -m pytest -q e2e --ignore=e2e/control_plane
+
+# etcd 3.4 and Kubernetes v1.20.2's kube-apiserver, kube-controller-manager and kube-scheduler,
+# built from Debian 12's sources (apt, as root) once into KUBERL_CONTROL_PLANE_CACHE.
+control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k8s-1.20.2/bin (cached)
+	testing/control-plane/build.sh
+
+e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
+	$(BIN)/python -m pytest -q e2e/control_plane
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
@@ -58,6 +66,17 @@ image_tag   = $(IMAGE_REPO)/kuberl-$(subst trainer-cuda,trainer,$(1)):$(IMAGE_TA
 images: ## build the operator and trainer images (needs a Docker engine; IMAGES= picks some)
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine" >&2; exit 1; }
 	$(foreach image,$(IMAGES),docker build -f images/$(image).Dockerfile -t $(call image_tag,$(image)) . &&) true
+
+# Podman without a Docker engine or a registry: images/build-local.sh makes a stand-in base if none
+# can be pulled (see docs/images.md). images-check runs the built images; it is not part of make test.
+LOCAL_IMAGES ?= operator trainer
+.PHONY: images-local images-check
+images-local: ## build the operator and CPU trainer images with podman (stand-in base when no registry answers)
+	images/build-local.sh $(foreach image,$(LOCAL_IMAGES),$(image)=$(call image_tag,$(image)))
+
+images-check: images-local $(STAMP) ## run the images-local images: operator --help read-only as non-root, CartPole training
+	OPERATOR_IMAGE=$(call image_tag,operator) TRAINER_IMAGE=$(call image_tag,trainer) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider --noconftest e2e/images/check_images.py
 
 RLLIB_VENV ?= .venv-rllib
 

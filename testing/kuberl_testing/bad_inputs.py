@@ -134,6 +134,7 @@ class BadInput:
 
 
 C = BadInput
+_EVALUATION = {"evaluation": {"interval": 5}}  # a valid spec.evaluation the case changes one field of
 _POD = [  # head and workers share the pod fields
     (MALFORMED, "cpu", "two", True),
     (WRONG_TYPE, "cpu", True, True),
@@ -168,6 +169,14 @@ CASES: tuple[BadInput, ...] = (
     C("env.config", "render", WRONG_TYPE, True),
     C("env.config", {"gravity_typo": 1.0}, UNKNOWN_FIELD, False, ENV, names="spec.env.config"),
     C("env.config", nested(80), HOSTILE, False, note="80 levels of nesting"),
+    C("env.preprocessing", "deepmind", UNKNOWN_ENUM, True),
+    C("env.preprocessing", "atari", INCONSISTENT, False, ENV, note="atari preprocessing of a non-ALE env"),
+    C("env.wrappers[0].name", "ClipAction", MALFORMED, True, note="not an import path"),
+    C("env.wrappers[0].name", "gymnasium.wrappers.NoSuchWrapper", UNKNOWN_ENUM, False, ENV),
+    C("env.wrappers[0].kwargs", "none", WRONG_TYPE, True, base={"env": {"id": "CartPole-v1", "wrappers": [
+        {"name": "gymnasium.wrappers.TimeLimit"}]}}),
+    C("env.wrappers[0].kwargs", {"max_steps": 5}, UNKNOWN_FIELD, False, ENV, base={"env": {
+        "id": "CartPole-v1", "wrappers": [{"name": "gymnasium.wrappers.TimeLimit"}]}}, note="not the wrapper's keyword"),
     C("config", "fast", WRONG_TYPE, True),
     C("config.lrr", 0.1, UNKNOWN_FIELD, False),
     C("config.nStep", 3, INCONSISTENT, False, base={"algorithm": "ppo"}, note="a DQN parameter for PPO"),
@@ -178,6 +187,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.gamma", 1.5, OUT_OF_RANGE, False),
     C("config.hidden", [], OUT_OF_RANGE, False),
     C("config.hidden", [64, 10**9], HOSTILE, False, names="spec.config.hidden[1]"),
+    C("config.model", {"conv": [[32, 8]]}, OUT_OF_RANGE, False, names="spec.config.model.conv[0]"),
     C("config.activation", "gelu", UNKNOWN_ENUM, False),
     C("config.gradClip", 0, OUT_OF_RANGE, False),
     C("config.observationFilter", "zscore", UNKNOWN_ENUM, False),
@@ -229,6 +239,8 @@ CASES: tuple[BadInput, ...] = (
     C("replay.prioritized", 1, WRONG_TYPE, True),
     C("learner.gpus", 0.5, WRONG_TYPE, True),
     C("learner.gpus", 17, OUT_OF_RANGE, True),
+    C("learner.gpus", 2, OUT_OF_RANGE, True, note="the learner is not data-parallel"),
+    C("learner.bf16", "yes", WRONG_TYPE, True),
     C("learner.gpus", 1, INCONSISTENT, False, CLUSTER, note="no pod has a GPU"),
     C("stop", {}, INCONSISTENT, False, note="no stop criterion"),
     C("stop.timesteps", 0, OUT_OF_RANGE, True),
@@ -241,6 +253,20 @@ CASES: tuple[BadInput, ...] = (
     C("stop.iterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.everyIterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.keep", 1001, OUT_OF_RANGE, True),
+    C("checkpoint.keepBest", "yes", WRONG_TYPE, True),
+    C("checkpoint.keepBest", True, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("stop.evaluationReturnMean", "high", WRONG_TYPE, True),
+    C("stop.evaluationReturnMean", 100, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("evaluation", 10, WRONG_TYPE, True),
+    C("evaluation.interval", DELETE, MISSING_REQUIRED, True, base=_EVALUATION),
+    C("evaluation.interval", 0, OUT_OF_RANGE, True),
+    C("evaluation.episodes", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.workers", -1, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.explore", "no", WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.envConfig", [1], WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.video.everyEvaluations", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("callbacks", "mypkg.callbacks", MALFORMED, True, note="no :Class"),
+    C("callbacks", "no_such_pkg.hooks:Hooks", UNKNOWN_ENUM, False, ENV, note="no such module"),
     C("traces.enabled", "on?", WRONG_TYPE, True),
     C("traces.steps", [True], WRONG_TYPE, True),
     C("storage.uri", "gs://bucket/x", MALFORMED, True),

@@ -102,7 +102,7 @@ def test_apply_creates_every_child_with_owner_references(harness, ns):
 
 def test_running_reports_trainer_progress_and_ready(harness, ns):
     trainer = TrainerStatusServer({"phase": "Running", "attempt": 1, "iteration": 3, "timesteps": 300,
-                                   "episodeReturnMean": 42.5, "lastCheckpoint": None})
+                                   "episodeReturnMean": 42.5, "evaluationReturnMean": None, "lastCheckpoint": None})
     try:
         harness.apply(ns, experiment_body("run", workers={"replicas": 1}))
         wait_for(lambda: len(harness.pods(ns)) == 2)
@@ -112,9 +112,11 @@ def test_running_reports_trainer_progress_and_ready(harness, ns):
         status = harness.status(ns, "run")
         assert status["phase"] == "Running" and status["workers"] == 1
         assert status["iteration"] == 3 and status["timesteps"] == 300 and status["episodeReturnMean"] == 42.5
+        assert "evaluationReturnMean" not in status  # no evaluation yet
         assert harness.condition(ns, "run", "Reconciling")["status"] == "False"
-        trainer.body = {**trainer.body, "iteration": 9, "timesteps": 900}
+        trainer.body = {**trainer.body, "iteration": 9, "timesteps": 900, "evaluationReturnMean": 61.5}
         wait_for(lambda: harness.status(ns, "run").get("iteration") == 9, what="progress update")
+        assert harness.status(ns, "run")["evaluationReturnMean"] == 61.5  # copied from the trainer's /status
     finally:
         trainer.close()
 

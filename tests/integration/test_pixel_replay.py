@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 # (env id, env config, observation shape): one place to point these tests at another image env
 PIXEL_ENV = ("kuberl_testing.image_envs:StackedBeacon", {"size": 42, "mistakes": 30, "max_steps": 200}, (4, 42, 42))
 FRAGMENT = 32
+MODEL = {"conv": [[16, 8, 4], [32, 4, 2]], "hidden": [64]}  # a small conv encoder: the test is about replay
 
 
 def _observations(count: int) -> np.ndarray:
@@ -59,7 +60,7 @@ def test_dqn_from_pixels_end_to_end(tmp_path) -> None:
     config = (
         DQNConfig().environment(env_id, env_config=env_config)
         .rollouts(workers=0, envs_per_worker=8, fragment_length=FRAGMENT).replay(capacity=5_000)
-        .training(hidden=[32], learning_starts=512, replay_ratio=1 / 16, train_batch_size=32).debugging(seed=3)
+        .training(model=MODEL, learning_starts=512, replay_ratio=1 / 16, train_batch_size=32).debugging(seed=3)
     )
     algo = config.build()
     try:
@@ -89,7 +90,7 @@ def test_apex_from_pixels_with_two_workers_and_two_shards(tmp_path) -> None:
     config = (
         ApexDQNConfig().environment(env_id, env_config=env_config)
         .rollouts(workers=2, envs_per_worker=4, fragment_length=FRAGMENT).replay(shards=2, capacity=8_000)
-        .training(hidden=[32], learning_starts=1_000, train_batch_size=32, min_iteration_seconds=1.0)
+        .training(model=MODEL, learning_starts=1_000, train_batch_size=32, min_iteration_seconds=1.0)
         .debugging(seed=4)
     )
     algo = config.build()

@@ -116,3 +116,14 @@ def test_the_crd_schema_refuses_what_the_validator_refuses(patch, message):
     doc["spec"].update(patch)
     with pytest.raises(jsonschema.ValidationError, match=message):
         _crd_validate(doc)
+
+
+def test_the_status_keeps_the_evaluation_return_and_a_column_shows_it():
+    version = build_crd()["spec"]["versions"][0]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["evaluationReturnMean"]["type"] == "number"  # not pruned by the API server
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Eval"]["jsonPath"] == ".status.evaluationReturnMean" and columns["Eval"]["type"] == "number"
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["evaluation"]["required"] == ["interval"]
+    assert spec["callbacks"]["pattern"].startswith("^[A-Za-z_]")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
+from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.replay.buffers import PrioritizedReplayBuffer, UniformReplayBuffer
 from kuberl.trainer.replay.frames import NStepRows, encode_frames, frame_stack_depth
 from kuberl.trainer.replay.nstep import compact_transitions, nstep_targets
@@ -71,7 +72,8 @@ def test_a_hand_made_fragment_frame_by_frame() -> None:
 def _worker(same_step: bool, **env_config) -> RolloutWorker:
     config = WorkerConfig(env_id="kuberl_testing.image_envs:StackedBeacon", env_config=env_config, num_envs=3,
                           fragment_length=16, seed=4)
-    worker = RolloutWorker(config, QPolicyFactory((8,), "relu", dueling=False), worker_index=1)
+    policy = QPolicyFactory.from_params(DQNParams(model={"conv": [[4, 3, 1]], "hidden": [8]}))
+    worker = RolloutWorker(config, policy, worker_index=1)
     if not same_step:  # the same envs under Gymnasium's other autoreset convention
         worker.env.close()
         worker.env = gym.vector.SyncVectorEnv([lambda: StackedBeacon(**env_config)] * 3,

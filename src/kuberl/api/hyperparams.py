@@ -15,13 +15,31 @@ from kuberl.api.base import StrictModel
 
 # Units per hidden layer; the bound keeps a typo (1000000) from asking for terabytes of weights.
 LayerWidth = Annotated[int, Field(ge=1, le=4096)]
+# One conv layer: [output channels, kernel size, stride].
+ConvLayer = Annotated[list[Annotated[int, Field(ge=1, le=1024)]], Field(min_length=3, max_length=3)]
+NATURE_CONV: list[list[int]] = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
+
+
+class ModelParams(StrictModel):
+    """The encoder for image observations (uint8 Box [C, H, W] or [H, W, C], such as stacked frames)."""
+
+    conv: list[ConvLayer] = Field(
+        default_factory=lambda: [list(layer) for layer in NATURE_CONV], min_length=1, max_length=8,
+        description="Conv layers as [channels, kernel, stride], each followed by ReLU; default the Nature DQN stack.",
+    )
+    hidden: list[LayerWidth] = Field(
+        default_factory=lambda: [512], max_length=4, description="Dense ReLU layers after the conv stack."
+    )
 
 
 class CommonParams(StrictModel):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0)
     gamma: float = Field(0.99, ge=0, le=1.0)
-    hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8)
+    hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8,
+                                     description="MLP widths for vector observations.")
+    model: ModelParams = Field(default_factory=ModelParams,
+                               description="The conv encoder, chosen for image observations; vectors use hidden.")
     activation: Literal["tanh", "relu"] = "tanh"
     grad_clip: float | None = Field(0.5, gt=0)
     observation_filter: Literal["none", "mean_std"] = Field(

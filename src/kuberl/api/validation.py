@@ -222,10 +222,16 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     if entry.replay == "shards" and spec.replay.shards < 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
     stop = spec.stop
-    if stop.timesteps is None and stop.episode_return_mean is None and stop.time_seconds is None and stop.iterations is None:
-        errors.append(
-            FieldError("spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations")
-        )
+    criteria = (stop.timesteps, stop.episode_return_mean, stop.time_seconds, stop.iterations, stop.evaluation_return_mean)
+    if all(value is None for value in criteria):
+        errors.append(FieldError(
+            "spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations, evaluationReturnMean"
+        ))
+    if spec.evaluation is None:
+        if stop.evaluation_return_mean is not None:
+            errors.append(FieldError("spec.stop.evaluationReturnMean", "needs spec.evaluation"))
+        if spec.checkpoint.keep_best:
+            errors.append(FieldError("spec.checkpoint.keepBest", "needs spec.evaluation"))
     if entry.off_policy and spec.replay.capacity < spec.replay.shards:
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:

@@ -36,8 +36,9 @@ from kuberl.trainer.distributed.apex_learner import SHARD_STATS_TIMEOUT_S, ApexL
 from kuberl.trainer.distributed.apex_worker import ApexRolloutWorker
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.q_network import build_q_network
-from kuberl.trainer.models.weights import load_weights
+from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition, replay_bytes
 from kuberl.trainer.replay.shard import start_replay_shard
@@ -267,6 +268,10 @@ class ApexDQN(Algorithm):
     def worker_weights(self) -> Any:
         return None  # workers fetch weights from the learner themselves
 
+    def evaluation_policy(self) -> tuple[QPolicyFactory, dict[str, np.ndarray]]:
+        self._refresh_local_network()
+        return self.policy_factory, state_dict_to_numpy(self._local_network)
+
     def _refresh_local_network(self) -> None:
         import ray
 
@@ -280,7 +285,7 @@ class ApexDQN(Algorithm):
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         self._refresh_local_network()
         with torch.no_grad():
-            q = self._local_network(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            q = self._local_network(obs_tensor(obs)).numpy()
         actions = q.argmax(axis=1)
         if explore:
             random = self.np_random.random(len(actions)) < self.epsilons[-1]

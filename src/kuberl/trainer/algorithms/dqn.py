@@ -27,7 +27,7 @@ from torch import nn
 from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
-from kuberl.trainer.learning.device import to_device
+from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
@@ -74,9 +74,10 @@ def weighted_huber_loss(
 class QLearner:
     """Online and target Q-networks and their optimizer: one gradient step per `update(batch)`."""
 
-    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device):
+    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device, bf16: bool = False):
         self.params = params
         self.device = device
+        self.bf16 = bf16
         self.online = network.to(device)
         self.target = copy.deepcopy(self.online).eval()
         for p in self.target.parameters():
@@ -91,11 +92,13 @@ class QLearner:
     def update(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """One step on a replay sample (obs, action, reward, next_obs, discount[, weights]); |TD errors| back."""
         t = to_device({k: batch[k] for k in (*TRANSITION_KEYS, "weights") if k in batch}, self.device)
-        q = self.online(t["obs"])
+        with learner_autocast(self.device, self.bf16):
+            q = self.online(t["obs"]).float()
         q_taken = q.gather(1, t["action"].long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad(), learner_autocast(self.device, self.bf16):
+            next_q_target = self.target(t["next_obs"]).float()
+            next_q_online = self.online(t["next_obs"]).float() if self.params.double_q else None
         with torch.no_grad():
-            next_q_target = self.target(t["next_obs"])
-            next_q_online = self.online(t["next_obs"]) if self.params.double_q else None
             targets = q_targets(t["reward"], t["discount"], next_q_target, next_q_online)
         loss, td_errors = weighted_huber_loss(q_taken, targets, t.get("weights"))
         self.optimizer.zero_grad(set_to_none=True)
@@ -155,7 +158,8 @@ class DQN(Algorithm):
 
     def setup(self) -> None:
         params = self.params
-        self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device)
+        self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device,
+                                bf16=self.spec.learner.bf16)
         self.layout = FrameLayout.of(self.observation_space, self.frame_stack, params.observation_filter)
         self.replay = make_replay_buffer(
             self.spec.replay.capacity, prioritized=self.spec.replay.prioritized, alpha=params.priority_alpha,
@@ -219,7 +223,7 @@ class DQN(Algorithm):
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         with torch.no_grad():
-            q = self.learner.online(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+            q = self.learner.online(obs_tensor(obs, self.device)).cpu().numpy()
         actions = q.argmax(axis=1)
         if explore:
             random = self.np_random.random(len(actions)) < self.epsilon()

@@ -3,8 +3,9 @@
 The driver owns the run, not the algorithm: it checks the env, finds the run's
 storage, resumes from the newest complete checkpoint, calls `train()` until a
 stop criterion holds, and writes results, checkpoints and traces on the way.
-In a cluster it also joins the head's Ray node, serves :8080/status and
-/metrics for the operator, and leaves a summary in the termination log.
+In a cluster it also joins the head's Ray node, serves /status and /metrics
+for the operator, and leaves a summary in the termination log (the contract
+with the operator is kuberl.api.contract).
 """
 
 from __future__ import annotations
@@ -23,6 +24,23 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from kuberl.api.contract import (
+    DEFAULT_STATUS_PORT,
+    ENV_ATTEMPT,
+    ENV_EXPECTED_NODES,
+    ENV_EXPERIMENT_NAMESPACE,
+    ENV_STATUS_HOST,
+    ENV_STATUS_PORT,
+    ENV_TERMINATION_LOG,
+    RESULT_FAILED,
+    RESULT_INVALID_SPEC,
+    RESULT_SUCCEEDED,
+    RESULT_TERMINATED,
+    SUMMARY_KEYS,
+    TERMINATION_LOG,
+    TERMINATION_LOG_LIMIT,
+    exit_code_for,
+)
 from kuberl.api.types import RLExperiment, StopSpec
 from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
@@ -30,15 +48,11 @@ from kuberl.trainer.storage.faults import StoreUnavailable, retry_transient
 
 if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
+    from kuberl.trainer.run.evaluations import RunEvaluations
+    from kuberl.trainer.run.sinks import ResultSinks
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
     from kuberl.trainer.storage.run import RunStorage
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_TERMINATED = 143
-DEFAULT_STATUS_PORT = 8080
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 LOG_LINE_SECONDS = 1.0
 
 
@@ -61,14 +75,13 @@ class Summary:
     iteration: int = 0
     timesteps: int = 0
     episodeReturnMean: float | None = None  # noqa: N815 - the contract's key
+    evaluationReturnMean: float | None = None  # noqa: N815
     lastCheckpoint: str | None = None  # noqa: N815
     runUri: str | None = None  # noqa: N815
 
     @property
     def exit_code(self) -> int:
-        return {"Succeeded": EXIT_OK, "InvalidSpec": EXIT_INVALID, "Terminated": EXIT_TERMINATED}.get(
-            self.result, EXIT_FAILED
-        )
+        return exit_code_for(self.result)
 
 
 def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
@@ -78,6 +91,9 @@ def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
         return f"episodeReturnMean {ret:.1f} >= {stop.episode_return_mean:g}"
     if stop.timesteps is not None and result.get("timesteps", 0) >= stop.timesteps:
         return f"timesteps {result['timesteps']:,} >= {stop.timesteps:,}"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
+    if stop.evaluation_return_mean is not None and evaluated is not None and evaluated >= stop.evaluation_return_mean:
+        return f"evaluationReturnMean {evaluated:.1f} >= {stop.evaluation_return_mean:g}"
     if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
         return f"iteration {result['iteration']} >= {stop.iterations}"
     if stop.time_seconds is not None and result.get("timeSeconds", 0.0) >= stop.time_seconds:
@@ -88,10 +104,12 @@ def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
 def progress_line(result: dict[str, Any]) -> str:
     ret = result.get("episodeReturnMean")
     ret_text = f"{ret:8.1f}" if isinstance(ret, int | float) and math.isfinite(ret) else "       -"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
     return (
         f"iter {result.get('iteration', 0):5d} | steps {result.get('timesteps', 0):>11,} | "
         f"{result.get('envStepsPerSecond', 0.0):>9,.0f} steps/s | return {ret_text} | "
         f"{result.get('timeSeconds', 0.0):7.1f}s"
+        + (f" | eval {evaluated:.1f}" if isinstance(evaluated, int | float) else "")
     )
 
 
@@ -104,6 +122,7 @@ class LiveStatus:
     iteration: int = 0
     timesteps: int = 0
     episodeReturnMean: float | None = None  # noqa: N815
+    evaluationReturnMean: float | None = None  # noqa: N815
     lastCheckpoint: str | None = None  # noqa: N815
     timeSeconds: float = 0.0  # noqa: N815
     envStepsPerSecond: float = 0.0  # noqa: N815
@@ -146,11 +165,11 @@ class _Termination:
 
 
 def _write_termination_log(summary: Summary) -> None:
-    path = os.environ.get("KUBERL_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)
-    body = {k: v for k, v in asdict(summary).items() if k != "runUri"}
+    path = os.environ.get(ENV_TERMINATION_LOG, TERMINATION_LOG)
+    body = {k: v for k, v in asdict(summary).items() if k in SUMMARY_KEYS}
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(body)[:4000])  # the kubelet keeps at most 4096 bytes
+            fh.write(json.dumps(body)[:TERMINATION_LOG_LIMIT])
     except OSError as exc:
         print(f"warning: cannot write termination log {path}: {exc}", file=sys.stderr)
 
@@ -164,7 +183,7 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     spec = experiment.spec
     namespace = None
     if options.in_cluster:
-        namespace = os.environ.get("KUBERL_EXPERIMENT_NAMESPACE") or experiment.metadata.namespace or "default"
+        namespace = os.environ.get(ENV_EXPERIMENT_NAMESPACE) or experiment.metadata.namespace or "default"
     root = run_root_uri(options.storage_uri or spec.storage.uri, namespace, experiment.name)
     store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
     store.check()
@@ -180,35 +199,35 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
 def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
     """Train to a stop criterion; the summary says how it ended (and the process's exit code)."""
     out = options.out or sys.stdout
-    status = LiveStatus(attempt=int(os.environ.get("KUBERL_ATTEMPT", "0") or 0))
+    status = LiveStatus(attempt=int(os.environ.get(ENV_ATTEMPT, "0") or 0))
     server = None
     port = options.status_port
     if port is None and options.in_cluster:
-        port = int(os.environ.get("KUBERL_STATUS_PORT", DEFAULT_STATUS_PORT))
+        port = int(os.environ.get(ENV_STATUS_PORT, DEFAULT_STATUS_PORT))
     if port:
         from kuberl.trainer.run.status_server import start_status_server
 
         default_host = "0.0.0.0" if options.in_cluster else "127.0.0.1"
-        server = start_status_server(status, port, host=os.environ.get("KUBERL_STATUS_HOST", default_host))
+        server = start_status_server(status, port, host=os.environ.get(ENV_STATUS_HOST, default_host))
     try:
         summary = _train(experiment, options, status, out)
     except ManifestError as exc:
         if not options.in_cluster:
             raise
-        summary = Summary("InvalidSpec", "InvalidSpec", "; ".join(str(e) for e in exc.errors))
+        summary = Summary(RESULT_INVALID_SPEC, "InvalidSpec", "; ".join(str(e) for e in exc.errors))
     except StorageError as exc:
         if not options.in_cluster:
             raise
-        summary = Summary("InvalidSpec", "StorageError", str(exc))
+        summary = Summary(RESULT_INVALID_SPEC, "StorageError", str(exc))
     except StoreUnavailable as exc:  # transient errors past the deadline: retryable (exit 1)
         if not options.in_cluster:
             raise
-        summary = Summary("Failed", "StorageUnavailable", str(exc))
+        summary = Summary(RESULT_FAILED, "StorageUnavailable", str(exc))
     except Exception as exc:  # in a pod the summary must say why, whatever it was
         if not options.in_cluster:
             raise
         traceback.print_exc()
-        summary = Summary("Failed", type(exc).__name__, str(exc))
+        summary = Summary(RESULT_FAILED, type(exc).__name__, str(exc))
     finally:
         if server is not None:
             server.shutdown()
@@ -219,25 +238,29 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
 
 
 def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, out: TextIO) -> Summary:
-    from kuberl.trainer.run.checks import env_errors
+    from kuberl.trainer.run.checks import callbacks_errors, env_errors
     from kuberl.trainer.run.memory_budget import replay_memory_errors_for
 
-    errors = env_errors(experiment) or replay_memory_errors_for(experiment, in_cluster=options.in_cluster)
+    errors = env_errors(experiment) + callbacks_errors(experiment)
+    errors = errors or replay_memory_errors_for(experiment, in_cluster=options.in_cluster)
     if errors:
         raise ManifestError(errors)
     log = functools.partial(print, file=out, flush=True)
     store, run = retry_transient(lambda: _resolve_run(experiment, options), "storage", log=log)
-    if "KUBERL_ATTEMPT" not in os.environ:
+    if ENV_ATTEMPT not in os.environ:
         status.update(attempt=retry_transient(run.next_attempt, "storage", log=log))
     run.attempt = status.attempt  # an older head can no longer rewrite this attempt's results
 
     if options.in_cluster:
-        expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
+        expected = int(os.environ.get(ENV_EXPECTED_NODES, 1 + experiment.spec.workers.replicas))
         from kuberl.trainer.distributed.ray_runtime import join_cluster
 
         join_cluster(expected, options.node_wait_seconds, out)
 
     from kuberl.trainer.algorithms.config import algorithm_config_for
+    from kuberl.trainer.run.evaluations import RunEvaluations
+    from kuberl.trainer.run.sinks import ResultSinks
+    from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
 
     algo = algorithm_config_for(experiment).build()
@@ -248,11 +271,16 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     def on_written(info) -> None:
         metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
         status.update(lastCheckpoint=info.uri)
+        algo.callbacks.on_checkpoint_written(
+            algorithm=algo, checkpoint={"uri": info.uri, "iteration": info.iteration, "timesteps": info.timesteps})
 
     # before_commit: results.jsonl reaches the store before a checkpoint's manifest, so a kill
     # right after a checkpoint never loses the result line of the iteration it holds.
     checkpoints = CheckpointWriter(store, keep=experiment.spec.checkpoint.keep, attempt=status.attempt,
                                    on_written=on_written, before_commit=run.flush)
+    background = BackgroundWriter("kuberl-background")
+    sinks = ResultSinks([], background)  # per-result writers (TensorBoard, MLflow) join this list
+    evaluations = None
     try:
         # Falls back past a checkpoint that no longer verifies; retries a store that is unwell.
         restored = retry_transient(lambda: restore_latest(store), "restoring the latest checkpoint", log=log)
@@ -269,12 +297,23 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
             algo.episode_sink = _episode_sink(run, writers, experiment)
         print(f"training {experiment.spec.algorithm} on {experiment.spec.env.id}; run: {store.uri}", file=out,
               flush=True)
+        if experiment.spec.evaluation is not None:
+            evaluations = RunEvaluations(
+                experiment, algo, store=store, checkpoints=checkpoints, background=background,
+                on_result=lambda e: status.update(evaluationReturnMean=e.get("returnMean")),
+                snapshot=lambda: _state(algo, spec_text),
+            )
         status.update(phase="Running")
         termination.install()
         return _loop(experiment=experiment, options=options, algo=algo, run=run, checkpoints=checkpoints,
-                     spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri)
+                     spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri,
+                     evaluations=evaluations, sinks=sinks)
     finally:
         termination.restore()
+        if evaluations is not None:
+            evaluations.stop()
+        sinks.close()
+        background.close()
         for writer in writers.values():
             writer.close()
         checkpoints.close()
@@ -298,7 +337,7 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
 
 def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, run: RunStorage,
           checkpoints: CheckpointWriter, spec_text: str, status: LiveStatus, termination: _Termination, out: TextIO,
-          run_uri: str) -> Summary:
+          run_uri: str, evaluations: RunEvaluations | None, sinks: ResultSinks) -> Summary:
     """Train until a stop criterion or a signal, checkpointing on the way; then the final checkpoint."""
     from kuberl.trainer.run import metrics
 
@@ -311,14 +350,21 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     while reason is None and not termination.requested.is_set():
         result = algo.train()
         result["attempt"] = status.attempt
-        run.append_result(result)
+        extra_lines: list[dict[str, Any]] = []
+        if evaluations is not None:
+            evaluations.step(result)
+        reason = stop_reason(spec.stop, result)
+        if evaluations is not None and reason is not None:  # a signal skips it: the grace period is short
+            extra_lines = evaluations.finish(result)  # the last iteration's policy is evaluated too
+        for line in (result, *extra_lines):
+            run.append_result(line)
+            sinks.write(line)
         status.update(
             iteration=result["iteration"], timesteps=result["timesteps"],
             episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
             envStepsPerSecond=result.get("envStepsPerSecond", 0.0),
         )
         metrics.observe_result(result)
-        reason = stop_reason(spec.stop, result)
         if reason is None and result["iteration"] % every == 0:
             checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
         if tty:
@@ -333,13 +379,14 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     final = checkpoints.wait(timeout=float(os.environ.get("KUBERL_FINAL_CHECKPOINT_SECONDS", "600")))
     last_uri = final.uri if final is not None else None
     if reason is None:
-        summary = Summary("Terminated", termination.signal_name or "Terminated",
+        summary = Summary(RESULT_TERMINATED, termination.signal_name or "Terminated",
                           f"stopped by {termination.signal_name or 'a signal'} after a final checkpoint")
     else:
-        summary = Summary("Succeeded", "StopCriterion", reason)
+        summary = Summary(RESULT_SUCCEEDED, "StopCriterion", reason)
     summary.iteration = result.get("iteration", 0)
     summary.timesteps = result.get("timesteps", 0)
     summary.episodeReturnMean = result.get("episodeReturnMean")
+    summary.evaluationReturnMean = status.snapshot()["evaluationReturnMean"]
     summary.lastCheckpoint = last_uri
     summary.runUri = run_uri
     status.update(lastCheckpoint=last_uri, message=summary.message)

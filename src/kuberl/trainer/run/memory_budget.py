@@ -146,7 +146,7 @@ def replay_memory_errors_for(experiment: RLExperiment, *, in_cluster: bool) -> l
     """`replay_memory_errors` with the env's spaces (it builds the env once) and this machine's memory."""
     if REGISTRY[experiment.spec.algorithm].replay == "none":
         return []
-    from kuberl.trainer.sampling.envs import env_spaces
+    from kuberl.trainer.sampling.envs import EnvSettings, env_spaces
 
-    return replay_memory_errors(experiment, env_spaces(experiment.spec.env.id, experiment.spec.env.config),
+    return replay_memory_errors(experiment, env_spaces(EnvSettings.from_spec(experiment.spec.env)),
                                 in_cluster=in_cluster)

@@ -24,8 +24,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.sampling.envs import autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.atari import game_scores
+from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
+from kuberl.trainer.sampling.wrappers import WrapperSettings
 
 
 class Policy(Protocol):
@@ -52,6 +54,17 @@ class WorkerConfig:
     experiment: str = ""
     seed: int | None = None
     record_steps: bool = False
+    preprocessing: str = "none"  # spec.env.preprocessing
+    wrappers: tuple[WrapperSettings, ...] = ()  # spec.env.wrappers
+
+    @property
+    def env(self) -> EnvSettings:
+        return EnvSettings(self.env_id, dict(self.env_config), self.preprocessing, self.wrappers)  # type: ignore[arg-type]
+
+    @property
+    def scores_games(self) -> bool:
+        """The env reports whole games' scores in info (atari: an episode for the learner is one life)."""
+        return self.preprocessing == "atari"
 
 
 @dataclass
@@ -79,7 +92,7 @@ class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
-        self.env = make_vector_env(config.env_id, config.env_config, config.num_envs)
+        self.env = make_vector_env(config.env, num_envs=config.num_envs)
         self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
         obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -124,7 +137,9 @@ class RolloutWorker:
         """One fragment: `fragment_length` steps of every env."""
         started = time.perf_counter()
         T, N = self.config.fragment_length, self.config.num_envs
-        obs_shape, obs_dtype = self.obs.shape[1:], stored_dtype(self.obs.dtype)
+        obs_shape = self.obs.shape[1:]
+        # Observations keep their own dtype (uint8 frames); they become float on the device that uses them.
+        obs_dtype = stored_dtype(self.obs.dtype)
         obs_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         next_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         rewards = np.empty((T, N), dtype=np.float32)
@@ -169,7 +184,7 @@ class RolloutWorker:
                         {"obs": self.raw_obs[i].tolist(), "action": actions[i].tolist(), "reward": float(reward[i])}
                     )
             if done.any():
-                episodes.extend(self._finish_episodes(np.flatnonzero(done)))
+                episodes.extend(self._finish_episodes(done, info))
             if not self.same_step_reset:
                 reset_now = self.resetting
                 self.resetting = done
@@ -187,7 +202,15 @@ class RolloutWorker:
             sample_seconds=time.perf_counter() - started,
         )
 
-    def _finish_episodes(self, indices: np.ndarray) -> list[dict[str, Any]]:
+    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any]) -> list[dict[str, Any]]:
+        """Episode records of the envs that finished one. An env that scores games ends an episode only
+        with the game (not with a life), and its record holds the game's unclipped score."""
+        indices = np.flatnonzero(done)
+        if self.config.scores_games:
+            ended, returns, lengths = game_scores(info, done)
+            indices = np.flatnonzero(ended)
+            self.episode_return[indices] = returns[indices]
+            self.episode_length[indices] = lengths[indices]
         now = time.time()
         records = []
         for i in indices:
