@@ -70,6 +70,7 @@ class Algorithm:
         spaces = env_spaces(self.env_settings)
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
+        self.frame_stack = spaces.frame_stack
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
         self.workers: WorkerSet | None = None
         self.setup()

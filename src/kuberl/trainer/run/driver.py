@@ -239,8 +239,10 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
 
 def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, out: TextIO) -> Summary:
     from kuberl.trainer.run.checks import callbacks_errors, env_errors
+    from kuberl.trainer.run.memory_budget import replay_memory_errors_for
 
     errors = env_errors(experiment) + callbacks_errors(experiment)
+    errors = errors or replay_memory_errors_for(experiment, in_cluster=options.in_cluster)
     if errors:
         raise ManifestError(errors)
     log = functools.partial(print, file=out, flush=True)

@@ -91,12 +91,15 @@ def env_creator(settings: EnvSettings) -> Callable[[], gym.Env]:
 class EnvSpaces:
     observation_space: gym.Space
     action_space: gym.Space
+    frame_stack: int = 1  # k when observations are FrameStackObservation stacks (replay stores single frames)
 
 
 def env_spaces(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None) -> EnvSpaces:
+    from kuberl.trainer.replay.frames import frame_stack_depth
+
     env = make_env(env_id, env_config)
     try:
-        return EnvSpaces(env.observation_space, env.action_space)
+        return EnvSpaces(env.observation_space, env.action_space, frame_stack_depth(env))
     finally:
         env.close()
 

@@ -6,8 +6,9 @@ Workers know nothing about any algorithm: they take a `Policy` built by a
 picklable factory (PPO's samples with log-probs, DQN's with epsilon-greedy).
 
 A sample batch holds numpy arrays shaped [T, N, ...] (T = fragment_length, N =
-envs): obs, actions, rewards, terminateds, truncateds, next_obs (the real
-next observation, also at episode ends), valid (False on the step in which a
+envs): obs (float32, or the env's own integer dtype: uint8 images stay uint8),
+actions, rewards, terminateds, truncateds, next_obs (the real next
+observation, also at episode ends), valid (False on the step in which a
 native vector env resets an env: no transition happened there), plus the
 policy's extras (PPO: logp).
 """
@@ -77,6 +78,12 @@ class SampleBatch:
     sample_seconds: float = 0.0
 
 
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype observations travel and are stored in: integers (uint8 images) keep theirs, others float32."""
+    dtype = np.dtype(dtype)
+    return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
+
+
 def worker_seed(seed: int | None, worker_index: int) -> int | None:
     return None if seed is None else seed + 1000 * worker_index
 
@@ -132,7 +139,7 @@ class RolloutWorker:
         T, N = self.config.fragment_length, self.config.num_envs
         obs_shape = self.obs.shape[1:]
         # Observations keep their own dtype (uint8 frames); they become float on the device that uses them.
-        obs_dtype = np.uint8 if self.obs.dtype == np.uint8 else np.float32
+        obs_dtype = stored_dtype(self.obs.dtype)
         obs_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         next_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         rewards = np.empty((T, N), dtype=np.float32)
