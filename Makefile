@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast e2e e2e-control-plane control-plane lint crds check-crds bench bench-deps clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps clean tools images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'

@@ -24,9 +24,9 @@ from experiments import Experiments
 from kindcluster import KindCluster
 from kubernetes import client as k8s
 from kubernetes import config
-from standin import StandInCluster
 
 from kuberl_testing.podrunner import api_client_from_kubeconfig
+from kuberl_testing.standin import StandInCluster
 
 CLUSTER = os.environ.get("E2E_CLUSTER", "standin")
 BACKENDS = ("standin", "control-plane", "kind")

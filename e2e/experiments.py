@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import boto3
 from kubernetes import client as k8s
 
-GROUP, VERSION, PLURAL = "kuberl.io", "v1alpha1", "rlexperiments"
-EXPERIMENT_LABEL = "kuberl.io/experiment"
+from kuberl.api.contract import EXPERIMENT_LABEL, ROLE_LABEL
+from kuberl.api.types import GROUP, PLURAL, VERSION
 
 
 class Cluster(Protocol):
@@ -115,7 +115,7 @@ class Experiments:
     # -- children --
 
     def pods(self, name: str, role: str | None = None) -> list[k8s.V1Pod]:
-        selector = f"{EXPERIMENT_LABEL}={name}" + (f",kuberl.io/role={role}" if role else "")
+        selector = f"{EXPERIMENT_LABEL}={name}" + (f",{ROLE_LABEL}={role}" if role else "")
         return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
 
     def running_pod(self, name: str, role: str) -> k8s.V1Pod | None:

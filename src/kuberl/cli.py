@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 from kuberl import __version__
+from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INVALID_SPEC
+from kuberl.operator.main import add_arguments as add_operator_arguments
+from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
 EXIT_INTERRUPTED = 130
 
 _DESCRIPTION = """\
@@ -100,18 +102,6 @@ def cmd_traces(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_operator(args: argparse.Namespace) -> int:
-    from kuberl.operator.main import run_operator
-
-    run_operator(
-        namespaces=args.namespace or [],
-        all_namespaces=args.all_namespaces,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-    )
-    return 0
-
-
 def cmd_crd(args: argparse.Namespace) -> int:
     from kuberl.api.crd import render_crd
 
@@ -140,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress line, only the summary")
     p.add_argument("--in-cluster", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--status-port", type=int, default=None, metavar="PORT",
-                   help="serve /status and /metrics on this port (default 8080 in a cluster, off locally)")
+                   help=f"serve /status and /metrics on this port (default {DEFAULT_STATUS_PORT} in a cluster, off locally)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("validate", help="check a manifest without training")
@@ -163,11 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_traces)
 
     p = sub.add_parser("operator", help="run the Kubernetes operator")
-    p.add_argument("--namespace", action="append", metavar="NS", help="watch this namespace (repeatable)")
-    p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
-    p.add_argument("--metrics-port", type=int, default=9090)
-    p.add_argument("--health-port", type=int, default=8081)
-    p.set_defaults(func=cmd_operator)
+    add_operator_arguments(p)
+    p.set_defaults(func=run_operator_from_arguments)
 
     p = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)

@@ -20,6 +20,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from kuberl.api.contract import DEFAULT_STATUS_PORT
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kuberl"
 HELM = ROOT / ".tools" / "bin" / "helm"
@@ -188,6 +190,7 @@ def test_operator_deployment_is_single_recreate_hardened(helm):
     assert (env["KUBERL_DEFAULT_HEAD_CPU"], env["KUBERL_DEFAULT_HEAD_MEMORY"]) == ("2", "4Gi")
     assert (env["KUBERL_DEFAULT_WORKER_CPU"], env["KUBERL_DEFAULT_WORKER_MEMORY"]) == ("4", "8Gi")
     assert env["KUBERL_STATUS_POLL_SECONDS"] == "10"
+    assert env["KUBERL_STATUS_PORT"] == str(DEFAULT_STATUS_PORT) == "8080"
     assert env["KUBERL_PROMETHEUS_NAMESPACE"] == "monitoring"
     assert env["KUBERL_WATCH_NAMESPACES"] == "" and "KUBERL_PEERING" not in env
 
@@ -288,6 +291,7 @@ def test_metrics_service_and_service_monitor_select_the_operator(helm):
         ("rbac.scope=namespaced", "/rbac/watchNamespaces"),
         ("rbac.watchNamespaces[0]=Not_A_Namespace", "/rbac/watchNamespaces/0"),
         ("metrics.port=70000", "/metrics/port"),
+        ("trainer.statusPort=0", "/trainer/statusPort"),
         ("resources.limits.cpu=lots", "/resources/limits/cpu"),
         ("trainer.head.memory=4GB", "/trainer/head/memory"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
@@ -355,7 +359,8 @@ def test_values_shown_in_the_gitops_doc_pass_the_values_schema():
 
 def test_every_setting_the_chart_passes_is_one_the_operator_reads(helm):
     operator_sources = " ".join(
-        (ROOT / "src" / "kuberl" / "operator" / name).read_text() for name in ("settings.py", "main.py")
+        (ROOT / "src" / "kuberl" / path).read_text()
+        for path in ("operator/settings.py", "operator/main.py", "api/contract.py")
     )
     docs = render(helm, "--set", "operator.peering=false")
     env = the(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]

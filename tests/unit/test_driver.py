@@ -7,13 +7,10 @@ import urllib.request
 
 import pytest
 
+from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
 from kuberl.api.types import StopSpec
 from kuberl.trainer.run import metrics
 from kuberl.trainer.run.driver import (
-    EXIT_FAILED,
-    EXIT_INVALID,
-    EXIT_OK,
-    EXIT_TERMINATED,
     LiveStatus,
     Summary,
     _write_termination_log,
@@ -56,10 +53,10 @@ def test_progress_line_shows_the_figures():
 
 
 def test_exit_codes():
-    assert Summary("Succeeded", "", "").exit_code == EXIT_OK
-    assert Summary("InvalidSpec", "", "").exit_code == EXIT_INVALID
-    assert Summary("Terminated", "", "").exit_code == EXIT_TERMINATED
-    assert Summary("Failed", "", "").exit_code == EXIT_FAILED
+    assert Summary("Succeeded", "", "").exit_code == EXIT_SUCCEEDED == 0
+    assert Summary("InvalidSpec", "", "").exit_code == EXIT_INVALID_SPEC == 2
+    assert Summary("Terminated", "", "").exit_code == EXIT_TERMINATED == 143
+    assert Summary("Failed", "", "").exit_code == EXIT_FAILED == 1
 
 
 def test_termination_log_is_json_and_bounded(tmp_path, monkeypatch):

@@ -19,11 +19,12 @@ from kuberl.operator.builders import (
     build_worker_pod,
     resolve_experiment,
 )
-from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, STATUS_PORT
+from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT
 from kuberl.operator.settings import Settings
 
 NS = "research"
 SETTINGS = Settings(operator_namespace="kuberl-system", prometheus_namespace="monitoring")
+STATUS_PORT = SETTINGS.status_port
 RAY_PORTS = (GCS_PORT, CLIENT_PORT, DASHBOARD_PORT, 10002, 20000, 65000)  # and random worker ports
 NAMESPACE_LABELS = {ns: {"kubernetes.io/metadata.name": ns} for ns in (NS, "kuberl-system", "monitoring", "other")}
 
@@ -56,14 +57,16 @@ def admits(policy: dict[str, Any], target: dict[str, str], source: dict[str, str
     return False
 
 
-def experiment_pods(name: str) -> tuple[dict[str, Any], list[dict[str, str]]]:
+def experiment_pods(name: str, status_port: int = STATUS_PORT) -> tuple[dict[str, Any], list[dict[str, str]]]:
     doc = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": name},
            "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 10},
                     "storage": {"uri": "s3://bucket/runs"}, "workers": {"replicas": 2}}}
     experiment = resolve_experiment(validate_document(doc), SETTINGS, NS)
     owner = Owner(name, NS, f"uid-{name}")
-    pods = [build_head_pod(experiment, owner, 1), *(build_worker_pod(experiment, owner, i, 1) for i in range(2))]
-    policy = build_network_policy(owner, operator_namespace="kuberl-system", prometheus_namespace="monitoring")
+    pods = [build_head_pod(experiment, owner, 1, status_port=status_port),
+            *(build_worker_pod(experiment, owner, i, 1, status_port=status_port) for i in range(2))]
+    policy = build_network_policy(owner, operator_namespace="kuberl-system", prometheus_namespace="monitoring",
+                                  status_port=status_port)
     return policy, [p["metadata"]["labels"] for p in pods]
 
 
@@ -98,3 +101,11 @@ def test_the_status_port_admits_the_operator_and_prometheus_only():
     for source_ns, allowed in (("kuberl-system", True), ("monitoring", True), ("other", False), (NS, False)):
         assert admits(POLICY, OWN[0], {"app": "x"}, source_ns, STATUS_PORT) is allowed, source_ns
     assert not admits(POLICY, OWN[0], NEIGHBOUR[0], NS, STATUS_PORT)
+
+
+def test_a_moved_status_port_is_the_one_open_to_the_operator():
+    policy, own = experiment_pods("moved", status_port=9191)
+    assert admits(policy, own[0], {}, "kuberl-system", 9191)
+    assert admits(policy, own[0], {}, "monitoring", 9191)
+    assert not admits(policy, own[0], {}, "kuberl-system", 8080)
+    assert admits(policy, own[0], own[1], NS, 9191)

@@ -28,6 +28,7 @@ DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 SETTINGS = Settings(trainer_image="registry.example/trainer:1", operator_namespace="kuberl-system",
                     prometheus_namespace="monitoring")
+PORT = SETTINGS.status_port
 
 
 def experiment(name: str = "cartpole", **spec: object):
@@ -52,10 +53,11 @@ def env_of(pod: dict) -> dict[str, dict]:
 
 
 def test_common_metadata_labels_and_owner_reference():
-    for body in (build_config_map(experiment(), owner()), build_head_service(owner()),
-                 build_head_pod(experiment(), owner(), 1), build_worker_pod(experiment(), owner(), 0, 1),
+    for body in (build_config_map(experiment(), owner()), build_head_service(owner(), status_port=PORT),
+                 build_head_pod(experiment(), owner(), 1, status_port=PORT),
+                 build_worker_pod(experiment(), owner(), 0, 1, status_port=PORT),
                  build_token_secret(owner(), "t"), build_network_policy(owner(), operator_namespace="o",
-                                                                        prometheus_namespace="p")):
+                                                                        prometheus_namespace="p", status_port=PORT)):
         meta = body["metadata"]
         assert meta["namespace"] == "research"
         assert meta["labels"]["app.kubernetes.io/name"] == "kuberl"
@@ -113,7 +115,7 @@ def test_resolve_uses_operator_defaults_only_for_unset_resources():
 
 
 def test_head_service_ports_and_selector():
-    body = build_head_service(owner())
+    body = build_head_service(owner(), status_port=PORT)
     assert body["metadata"]["name"] == "cartpole-head"
     assert body["spec"]["type"] == "ClusterIP"
     assert {p["name"]: p["port"] for p in body["spec"]["ports"]} == {
@@ -123,7 +125,7 @@ def test_head_service_ports_and_selector():
 
 
 def test_head_pod_command_env_and_mounts():
-    pod = build_head_pod(experiment(), owner(), 4)
+    pod = build_head_pod(experiment(), owner(), 4, status_port=PORT)
     assert pod["metadata"]["name"] == "cartpole-head"
     assert pod["metadata"]["labels"]["kuberl.io/role"] == "head"
     assert pod["metadata"]["annotations"]["kuberl.io/attempt"] == "4"
@@ -150,19 +152,19 @@ def test_head_pod_command_env_and_mounts():
 
 
 def test_storage_credentials_only_through_secret_refs():
-    pod = build_head_pod(experiment(), owner(), 1)
+    pod = build_head_pod(experiment(), owner(), 1, status_port=PORT)
     env = env_of(pod)
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert env[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": key}}}
     assert env["AWS_SESSION_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True
-    no_secret = build_head_pod(experiment(storage={"uri": "s3://bucket/runs"}), owner(), 1)
+    no_secret = build_head_pod(experiment(storage={"uri": "s3://bucket/runs"}), owner(), 1, status_port=PORT)
     assert not any(name.startswith("AWS_") for name in env_of(no_secret))
-    for body in (pod, build_worker_pod(experiment(), owner(), 0, 1)):
+    for body in (pod, build_worker_pod(experiment(), owner(), 0, 1, status_port=PORT)):
         assert all("valueFrom" in e for e in body["spec"]["containers"][0]["env"] if e["name"].startswith("AWS_"))
 
 
 def test_worker_pod_joins_the_head_service():
-    pod = build_worker_pod(experiment(), owner(), 1, 2)
+    pod = build_worker_pod(experiment(), owner(), 1, 2, status_port=PORT)
     assert pod["metadata"]["name"] == "cartpole-worker-1"
     assert pod["metadata"]["labels"]["kuberl.io/role"] == "worker"
     script = pod["spec"]["containers"][0]["command"][2]
@@ -173,7 +175,8 @@ def test_worker_pod_joins_the_head_service():
 
 
 def test_security_context_everywhere():
-    for pod in (build_head_pod(experiment(), owner(), 1), build_worker_pod(experiment(), owner(), 0, 1)):
+    for pod in (build_head_pod(experiment(), owner(), 1, status_port=PORT),
+                build_worker_pod(experiment(), owner(), 0, 1, status_port=PORT)):
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod["spec"]["automountServiceAccountToken"] is False
@@ -187,16 +190,16 @@ def test_security_context_everywhere():
 def test_resources_and_gpus():
     exp = experiment(head={"cpu": "500m", "memory": "2Gi", "gpus": 1},
                      workers={"replicas": 1, "cpu": "3", "memory": "6Gi", "gpus": 2}, learner={"gpus": 1})
-    head = build_head_pod(exp, owner(), 1)
+    head = build_head_pod(exp, owner(), 1, status_port=PORT)
     res = head["spec"]["containers"][0]["resources"]
     assert res == {"requests": {"cpu": "500m", "memory": "2Gi"},
                    "limits": {"cpu": "500m", "memory": "2Gi", "nvidia.com/gpu": "1"}}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in head["spec"]["tolerations"]
     assert "--num-gpus=1" in head["spec"]["containers"][0]["command"][2]
     assert "--num-cpus=1" in head["spec"]["containers"][0]["command"][2]
-    worker = build_worker_pod(exp, owner(), 0, 1)
+    worker = build_worker_pod(exp, owner(), 0, 1, status_port=PORT)
     assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
-    cpu_only = build_worker_pod(experiment(), owner(), 0, 1)
+    cpu_only = build_worker_pod(experiment(), owner(), 0, 1, status_port=PORT)
     assert "nvidia.com/gpu" not in cpu_only["spec"]["containers"][0]["resources"]["limits"]
     assert "tolerations" not in cpu_only["spec"]
 
@@ -206,17 +209,18 @@ def test_scheduling_fields_are_passed_through():
                            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "rl",
                                             "effect": "NoSchedule"}]},
                      serviceAccountName="trainer", priorityClassName="high")
-    pod = build_head_pod(exp, owner(), 1)
+    pod = build_head_pod(exp, owner(), 1, status_port=PORT)
     assert pod["spec"]["nodeSelector"] == {"pool": "gpu"}
     assert pod["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "rl",
                                            "effect": "NoSchedule"}]
     assert pod["spec"]["serviceAccountName"] == "trainer"
     assert pod["spec"]["priorityClassName"] == "high"
-    assert "serviceAccountName" not in build_head_pod(experiment(), owner(), 1)["spec"]
+    assert "serviceAccountName" not in build_head_pod(experiment(), owner(), 1, status_port=PORT)["spec"]
 
 
 def test_network_policy_admits_own_pods_and_the_status_port_from_operator_and_prometheus():
-    body = build_network_policy(owner(), operator_namespace="kuberl-system", prometheus_namespace="monitoring")
+    body = build_network_policy(owner(), operator_namespace="kuberl-system", prometheus_namespace="monitoring",
+                                status_port=PORT)
     spec = body["spec"]
     assert spec["podSelector"] == {"matchLabels": {"kuberl.io/experiment": "cartpole"}}
     assert spec["policyTypes"] == ["Ingress"]
@@ -236,7 +240,8 @@ def test_token_secret_carries_the_given_token():
 
 
 def test_builders_are_deterministic():
-    assert build_head_pod(experiment(), owner(), 1) == build_head_pod(experiment(), owner(), 1)
+    assert build_head_pod(experiment(), owner(), 1, status_port=PORT) == \
+        build_head_pod(experiment(), owner(), 1, status_port=PORT)
     assert build_config_map(experiment(), owner()) == build_config_map(experiment(), owner())
 
 
@@ -256,6 +261,11 @@ def test_settings_from_env_and_their_errors():
         Settings.from_env({"KUBERL_DEFAULT_HEAD_MEMORY": "lots"})
     with pytest.raises(SettingsError, match="KUBERL_STATUS_POLL_SECONDS"):
         Settings.from_env({"KUBERL_STATUS_POLL_SECONDS": "soon"})
+    assert Settings.from_env({}).status_port == 8080
+    assert Settings.from_env({"KUBERL_STATUS_PORT": "9191"}).status_port == 9191
+    for bad in ("0", "65536", "80.5", "http"):
+        with pytest.raises(SettingsError, match="KUBERL_STATUS_PORT"):
+            Settings.from_env({"KUBERL_STATUS_PORT": bad})
 
 
 def test_watch_scope_flags_win_over_the_environment():
@@ -265,3 +275,28 @@ def test_watch_scope_flags_win_over_the_environment():
     assert watch_scope(["x"], False, ("a",)) == (False, ["x"])
     assert watch_scope([], False, ("a", "b")) == (False, ["a", "b"])
     assert watch_scope([], False, ()) == (True, [])
+
+
+def test_a_moved_status_port_moves_the_trainer_its_service_probe_and_network_policy():
+    """KUBERL_STATUS_PORT on the operator: every child that names the trainer's status port follows it."""
+    port = Settings.from_env({"KUBERL_STATUS_PORT": "9191"}).status_port
+    head = build_head_pod(experiment(), owner(), 1, status_port=port)
+    container = head["spec"]["containers"][0]
+    assert env_of(head)["KUBERL_STATUS_PORT"] == {"name": "KUBERL_STATUS_PORT", "value": "9191"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "gcs": 6379, "client": 10001, "dashboard": 8265, "status": 9191}
+    service = build_head_service(owner(), status_port=port)
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "gcs": (6379, 6379), "client": (10001, 10001), "dashboard": (8265, 8265), "status": (9191, 9191)}
+    worker = build_worker_pod(experiment(), owner(), 0, 1, status_port=port)
+    script = worker["spec"]["containers"][0]["command"][2]
+    assert 'socket.create_connection(("cartpole-head", 9191), 2)' in script
+    assert "8080" not in script
+    assert "KUBERL_STATUS_PORT" not in env_of(worker)  # workers serve no status
+    policy = build_network_policy(owner(), operator_namespace="kuberl-system", prometheus_namespace="monitoring",
+                                  status_port=port)
+    assert policy["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 9191}]
+
+
+def test_the_head_tells_its_trainer_the_default_status_port_too():
+    assert env_of(build_head_pod(experiment(), owner(), 1, status_port=PORT))["KUBERL_STATUS_PORT"]["value"] == "8080"

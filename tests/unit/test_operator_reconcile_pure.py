@@ -48,7 +48,7 @@ def test_status_patch_nulls_removed_keys_and_skips_unchanged_ones():
 
 
 def test_reconcile_retries_back_off_to_a_cap_for_any_failure_count():
-    from kuberl.operator.handlers import retry_seconds
+    from kuberl.operator.experiments import retry_seconds
 
     assert [retry_seconds(n) for n in (1, 2, 3, 6)] == [2.0, 4.0, 8.0, 60.0]
     assert retry_seconds(5000) == 60.0  # weeks of failures: still the cap, no OverflowError

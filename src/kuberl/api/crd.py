@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from kuberl.api import types
+from kuberl.api.contract import APP_LABEL, APP_NAME
 
 _DROP = {"title", "default", "examples"}
 _CHART_CRD = Path("charts/kuberl/templates/crd.yaml")
@@ -88,7 +89,7 @@ def build_crd() -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{types.PLURAL}.{types.GROUP}",
-            "labels": {"app.kubernetes.io/name": "kuberl", "app.kubernetes.io/component": "crd"},
+            "labels": {APP_LABEL: APP_NAME, "app.kubernetes.io/component": "crd"},
         },
         "spec": {
             "group": types.GROUP,

@@ -7,8 +7,8 @@ due. No Kopf change-detection handlers, so Kopf keeps no bookkeeping on the obje
 diff-base annotations, and no extra PATCH and watch event for each change.
 
 Shared state lives in Kopf's operator-level memo (set up at start-up; per-object memos are shallow
-copies that share these containers): the settings, the API client, one lock per experiment, the
-trainer progress last read, and the phase of each experiment for the metrics.
+copies that share it): the settings, the API client, and the experiments' records and their
+reconcile queue (`experiments.py`).
 """
 
 from __future__ import annotations
@@ -22,28 +22,24 @@ from typing import Any
 import aiohttp
 import kopf
 
+from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, VERSION
 from kuberl.operator import metrics
-from kuberl.operator.builders.common import APP_LABEL, ROLE_LABEL
 from kuberl.operator.cluster import Cluster, load_api_client
+from kuberl.operator.experiments import Experiment, ExperimentQueue, Key
 from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
-from kuberl.operator.settings import Settings, SettingsError
+from kuberl.operator.settings import Settings
 from kuberl.operator.stateless import NoDiffBase, NoProgress
 from kuberl.operator.status import TERMINAL_PHASES
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
 SHORT_REQUEUE = 2.0
-RETRY_BACKOFF = (2.0, 60.0)  # first and longest wait before a failed reconcile is tried again
 API_THREADS = 32
 POLL_TICK = 0.5
+POLLED_PHASES = ("Starting", "Running")  # the phases in which the head's trainer serves its progress
 # Operators up to 0.1 used Kopf timers, which put this finalizer on every experiment.
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
-
-try:
-    _POLL_SECONDS = Settings.from_env().status_poll_seconds
-except SettingsError:
-    _POLL_SECONDS = Settings().status_poll_seconds  # start-up reports the error properly
 
 
 @kopf.on.login()
@@ -62,17 +58,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.settings = Settings.from_env()
     memo.cluster = Cluster(load_api_client(pool_size=API_THREADS + CREATE_THREADS))
     memo.http = aiohttp.ClientSession()
-    memo.locks = {}
-    memo.queued = set()
-    memo.trainer = {}
-    memo.head_ips = {}
-    memo.phases = {}
-    memo.ensured = {}
-    memo.generations = {}  # the generation each experiment was last reconciled for
-    memo.ttl = {}  # spec.ttlSecondsAfterFinished: finished experiments with one are still polled
-    memo.next_poll = {}
-    memo.retries = {}
-    memo.retry_tasks = set()
+    memo.experiments = ExperimentQueue(lambda record: _reconcile_passes(memo, record))
     memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
@@ -85,32 +71,49 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
         await memo.http.close()
 
 
-async def reconcile(memo: kopf.Memo, namespace: str, name: str, logger: logging.Logger | Any) -> None:
-    """Reconcile one experiment; concurrent triggers coalesce into one follow-up run.
-    A pass that fails (the API unreachable, a conflict) is retried with backoff."""
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
+                           logger: logging.Logger, **_: Any) -> None:
     key = (namespace, name)
-    if key in memo.queued:
+    meta = body.get("metadata", {})
+    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+        if LEGACY_FINALIZER in (meta.get("finalizers") or []):
+            await asyncio.to_thread(memo.cluster.remove_experiment_finalizer, namespace, name, LEGACY_FINALIZER)
+        _forget(memo, key)  # ownerReferences make the children go with it
         return
-    memo.queued.add(key)
-    lock = memo.locks.setdefault(key, asyncio.Lock())
-    async with lock:
-        memo.queued.discard(key)
-        try:
-            await _reconcile_passes(memo, key)
-        except Exception as exc:  # noqa: BLE001 - logged and retried; the next trigger may also fix it
-            _schedule_retry(memo, key, logger, exc)
-        else:
-            memo.retries.pop(key, None)
+    record = memo.experiments.record(key)
+    record.ttl_seconds = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
+    generation = meta.get("generation")
+    if record.known and record.generation == generation:
+        return  # the operator's own status or annotation write: nothing new to act on
+    record.known, record.generation = True, generation
+    if record.next_poll is None:
+        record.next_poll = time.monotonic() + memo.settings.status_poll_seconds
+    await memo.experiments.reconcile(key, logger)
 
 
-async def _reconcile_passes(memo: kopf.Memo, key: tuple[str, str]) -> None:
-    namespace, name = key
+@kopf.on.event("", "v1", "pods", labels={APP_LABEL: APP_NAME, ROLE_LABEL: kopf.PRESENT})
+async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo: kopf.Memo,
+                      logger: logging.Logger, **_: Any) -> None:
+    experiment = experiment_of_pod(dict(body))
+    if experiment is None:
+        return
+    if event.get("type") == "ADDED" and not body.get("status", {}).get("containerStatuses"):
+        return  # the operator's own fresh pod: nothing to decide until the kubelet reports on it
+    if body.get("metadata", {}).get("labels", {}).get(ROLE_LABEL) == HEAD_ROLE:
+        memo.experiments.record((namespace, experiment)).head_ip = body.get("status", {}).get("podIP")
+    await memo.experiments.reconcile((namespace, experiment), logger)
+
+
+async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
+    """Observe, decide and apply until the decision needs no immediate second look."""
+    namespace, name = record.key
     for _ in range(MAX_PASSES):
         started = time.perf_counter()
         try:
             result = await asyncio.to_thread(
                 reconcile_pass, memo.cluster, memo.settings, namespace, name,
-                trainer=memo.trainer.get(key), ensured_generation=memo.ensured.get(key))
+                trainer=record.trainer, ensured_generation=record.ensured)
         except Exception:
             metrics.RECONCILES.labels(result="error").inc()
             raise
@@ -118,13 +121,13 @@ async def _reconcile_passes(memo: kopf.Memo, key: tuple[str, str]) -> None:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         metrics.RECONCILES.labels(result="success").inc()
         if result is None:
-            _forget(memo, key)
+            _forget(memo, record.key)
             return
         decision, body = result.decision, result.body
         if decision.ensure_children and not decision.use_running_spec:
-            memo.ensured[key] = body["metadata"].get("generation")
-        memo.phases[key] = decision.status.get("phase", "Pending")
-        metrics.publish_phases(memo.phases)
+            record.ensured = body["metadata"].get("generation")
+        record.phase = decision.status.get("phase", "Pending")
+        metrics.publish_phases(memo.experiments.phases())
         for event in decision.events:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
         if decision.delete_pods and not (decision.create_head or decision.create_workers):
@@ -135,68 +138,9 @@ async def _reconcile_passes(memo: kopf.Memo, key: tuple[str, str]) -> None:
         return
 
 
-def retry_seconds(failures: int) -> float:
-    """The wait before retry number `failures`: doubling from the first to the longest; any count is
-    safe (2.0 * 2**1024 would overflow a float, as the storage writers' backoff once did)."""
-    first, longest = RETRY_BACKOFF
-    return min(first * 2 ** min(failures - 1, 32), longest)
-
-
-def _schedule_retry(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logger | Any, exc: Exception) -> None:
-    failures = memo.retries.get(key, 0) + 1
-    memo.retries[key] = failures
-    delay = retry_seconds(failures)
-    logger.error("reconcile of %s/%s failed (%s: %s); retry %d in %.0f s",
-                 key[0], key[1], type(exc).__name__, exc, failures, delay)
-
-    async def retry() -> None:
-        await asyncio.sleep(delay)
-        if key in memo.generations:  # not deleted meanwhile
-            await reconcile(memo, key[0], key[1], logger)
-
-    task = asyncio.get_running_loop().create_task(retry())
-    memo.retry_tasks.add(task)  # the loop keeps only weak references to its tasks
-    task.add_done_callback(memo.retry_tasks.discard)
-
-
-def _forget(memo: kopf.Memo, key: tuple[str, str]) -> None:
-    for store in (memo.trainer, memo.head_ips, memo.phases, memo.ensured, memo.generations, memo.ttl,
-                  memo.next_poll, memo.retries):
-        store.pop(key, None)
-    metrics.publish_phases(memo.phases)
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
-                           logger: logging.Logger, **_: Any) -> None:
-    key = (namespace, name)
-    meta = body.get("metadata", {})
-    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
-        if LEGACY_FINALIZER in (meta.get("finalizers") or []):
-            await asyncio.to_thread(memo.cluster.remove_experiment_finalizer, namespace, name, LEGACY_FINALIZER)
-        _forget(memo, key)  # ownerReferences make the children go with it
-        memo.locks.pop(key, None)
-        return
-    memo.ttl[key] = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
-    generation = meta.get("generation")
-    if key in memo.generations and memo.generations[key] == generation:
-        return  # the operator's own status or annotation write: nothing new to act on
-    memo.generations[key] = generation
-    memo.next_poll.setdefault(key, time.monotonic() + _POLL_SECONDS)
-    await reconcile(memo, namespace, name, logger)
-
-
-@kopf.on.event("", "v1", "pods", labels={APP_LABEL: "kuberl", ROLE_LABEL: kopf.PRESENT})
-async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo: kopf.Memo,
-                      logger: logging.Logger, **_: Any) -> None:
-    experiment = experiment_of_pod(dict(body))
-    if experiment is None:
-        return
-    if event.get("type") == "ADDED" and not body.get("status", {}).get("containerStatuses"):
-        return  # the operator's own fresh pod: nothing to decide until the kubelet reports on it
-    if body.get("metadata", {}).get("labels", {}).get(ROLE_LABEL) == "head":
-        memo.head_ips[(namespace, experiment)] = body.get("status", {}).get("podIP")
-    await reconcile(memo, namespace, experiment, logger)
+def _forget(memo: kopf.Memo, key: Key) -> None:
+    memo.experiments.forget(key)
+    metrics.publish_phases(memo.experiments.phases())
 
 
 async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
@@ -204,21 +148,16 @@ async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
     One loop for all experiments, each on its own schedule so that polls spread out."""
     while True:
         await asyncio.sleep(POLL_TICK)
-        now = time.monotonic()
-        due = [key for key, at in memo.next_poll.items() if at <= now]
-        for key in due:
-            memo.next_poll[key] = now + memo.settings.status_poll_seconds
+        due = memo.experiments.due_polls(time.monotonic(), memo.settings.status_poll_seconds)
         if due:
-            await asyncio.gather(*(_poll(memo, key, logger) for key in due), return_exceptions=True)
+            await asyncio.gather(*(_poll(memo, record, logger) for record in due), return_exceptions=True)
 
 
-async def _poll(memo: kopf.Memo, key: tuple[str, str], logger: logging.Logger) -> None:
-    phase = memo.phases.get(key)
-    if phase in TERMINAL_PHASES and memo.ttl.get(key) is None:
+async def _poll(memo: kopf.Memo, record: Experiment, logger: logging.Logger) -> None:
+    if record.phase in TERMINAL_PHASES and record.ttl_seconds is None:
         return
-    ip = memo.head_ips.get(key)
-    if phase in ("Starting", "Running") and ip:
-        trainer = await fetch_trainer_status(memo.http, ip, memo.settings.status_port)
+    if record.phase in POLLED_PHASES and record.head_ip:
+        trainer = await fetch_trainer_status(memo.http, record.head_ip, memo.settings.status_port)
         if trainer is not None:
-            memo.trainer[key] = trainer
-    await reconcile(memo, key[0], key[1], logger)
+            record.trainer = trainer
+    await memo.experiments.reconcile(record.key, logger)

@@ -58,14 +58,22 @@ def run_operator(namespaces: list[str] | None = None, all_namespaces: bool = Fal
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kuberl.operator", description="the kuberl operator")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's flags: one definition for `kuberl operator` and `python -m kuberl.operator`."""
     parser.add_argument("--namespace", action="append", metavar="NS", help="watch this namespace (repeatable)")
     parser.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
     parser.add_argument("--metrics-port", type=int, default=9090)
     parser.add_argument("--health-port", type=int, default=8081)
     parser.add_argument("--standalone", action="store_true", help="no peering (one operator per scope)")
-    args = parser.parse_args(argv)
+
+
+def run_from_arguments(args: argparse.Namespace) -> int:
     run_operator(args.namespace or [], args.all_namespaces, args.metrics_port, args.health_port,
                  standalone=True if args.standalone else None)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kuberl.operator", description="the kuberl operator")
+    add_arguments(parser)
+    return run_from_arguments(parser.parse_args(argv))

@@ -1,22 +1,23 @@
-"""Read the trainer's progress from the head pod's :8080/status (addressed by pod IP: no cluster DNS)."""
+"""Read the trainer's progress from the head pod's /status (addressed by pod IP: no cluster DNS)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import aiohttp
+
+from kuberl.api.contract import STATUS_PATH, TrainerStatus
 
 STATUS_TIMEOUT_SECONDS = 3.0
 
 
 def status_url(pod_ip: str, port: int) -> str:
     host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-    return f"http://{host}:{port}/status"
+    return f"http://{host}:{port}{STATUS_PATH}"
 
 
 async def fetch_trainer_status(session: aiohttp.ClientSession, pod_ip: str, port: int,
-                               timeout: float = STATUS_TIMEOUT_SECONDS) -> dict[str, Any] | None:
+                               timeout: float = STATUS_TIMEOUT_SECONDS) -> TrainerStatus | None:
     """The trainer's /status JSON, or None while it is not serving (starting, restarting, gone)."""
     try:
         async with session.get(status_url(pod_ip, port), timeout=aiohttp.ClientTimeout(total=timeout)) as resp:

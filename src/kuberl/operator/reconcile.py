@@ -16,6 +16,12 @@ from typing import Any
 
 import yaml
 
+from kuberl.api.contract import (
+    FAILED_ATTEMPT_ANNOTATION,
+    REQUIRED_CREDENTIAL_KEYS,
+    RESTARTS_ANNOTATION,
+    WORKER_ROLE,
+)
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import ManifestError, cluster_errors, validate_document
 from kuberl.operator import names
@@ -45,9 +51,6 @@ from kuberl.operator.status import (
     with_mutable_fields,
 )
 
-RESTARTS_ANNOTATION = "kuberl.io/restarts"
-FAILED_ATTEMPT_ANNOTATION = "kuberl.io/failed-attempt"
-REQUIRED_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 MAX_ERRORS_SHOWN = 10
 CREATE_THREADS = 32
 _creators = concurrent.futures.ThreadPoolExecutor(CREATE_THREADS, thread_name_prefix="kuberl-create")
@@ -88,7 +91,7 @@ def _missing_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) 
     if secret is None:
         return f"spec.storage.secretRef: Secret {ref.name!r} not found in namespace {namespace!r}"
     data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
-    missing = [k for k in REQUIRED_SECRET_KEYS if k not in data]
+    missing = [k for k in REQUIRED_CREDENTIAL_KEYS if k not in data]
     if missing:
         return f"spec.storage.secretRef: Secret {ref.name!r} has no key {', '.join(missing)}"
     return None
@@ -121,9 +124,10 @@ def ensure_children(cluster: Cluster, experiment: RLExperiment, owner: Owner, se
     config = build_config_map(experiment, owner)
     children = [build_token_secret(owner, new_token()),  # an existing token is kept
                 config,
-                build_head_service(owner),
+                build_head_service(owner, status_port=settings.status_port),
                 build_network_policy(owner, operator_namespace=settings.operator_namespace,
-                                     prometheus_namespace=settings.prometheus_namespace)]
+                                     prometheus_namespace=settings.prometheus_namespace,
+                                     status_port=settings.status_port)]
     created = dict(zip(("secret", "config", "service", "policy"),
                        all_at_once([lambda body=body: cluster.create(body) for body in children]), strict=True))
     if not created["config"] and update_config:
@@ -206,11 +210,12 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
             ensure_children(cluster, effective, owner, settings, update_config=not decision.use_running_spec)
         # The head before its workers: whatever a crash leaves, no worker ever exists without its head.
         if decision.create_head:
-            cluster.create(build_head_pod(effective, owner, decision.create_head))
-        workers = [build_worker_pod(effective, owner, index, decision.worker_attempt) for index in decision.create_workers]
+            cluster.create(build_head_pod(effective, owner, decision.create_head, status_port=settings.status_port))
+        workers = [build_worker_pod(effective, owner, index, decision.worker_attempt, status_port=settings.status_port)
+                   for index in decision.create_workers]
         all_at_once([lambda body=body: cluster.create(body) for body in workers])
     status = dict(decision.status)
-    status["selector"] = selector(name, "worker") if resolved else None
+    status["selector"] = selector(name, WORKER_ROLE) if resolved else None
     status = {k: v for k, v in status.items() if v is not None}
     patch = _status_patch(body.get("status") or {}, status)
     if patch:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kuberl.api.contract import DEFAULT_STATUS_PORT, ENV_STATUS_PORT
 from kuberl.api.types import CPU_PATTERN, MEMORY_PATTERN
 
 DEFAULT_TRAINER_IMAGE = "ghcr.io/kuberl/kuberl-trainer:0.1.0"
@@ -25,7 +26,7 @@ class Settings:
     default_worker_cpu: str = "4"
     default_worker_memory: str = "8Gi"
     status_poll_seconds: float = 10.0
-    status_port: int = 8080
+    status_port: int = DEFAULT_STATUS_PORT  # the head's trainer, its Service, probe and NetworkPolicy follow it
     operator_namespace: str = "kuberl-system"
     prometheus_namespace: str = "monitoring"
 
@@ -53,6 +54,12 @@ class Settings:
                 raise SettingsError(f"{key}={raw!r} must be >= {minimum}")
             return value
 
+        def port(key: str, default: int) -> int:
+            raw = text(key, str(default))
+            if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+                raise SettingsError(f"{key}={raw!r} is not a port (1-65535)")
+            return int(raw)
+
         namespaces = tuple(ns.strip() for ns in env.get("KUBERL_WATCH_NAMESPACES", "").split(",") if ns.strip())
         return cls(
             trainer_image=text("KUBERL_TRAINER_IMAGE", base.trainer_image),
@@ -63,7 +70,7 @@ class Settings:
             default_worker_memory=quantity("KUBERL_DEFAULT_WORKER_MEMORY", base.default_worker_memory,
                                            MEMORY_PATTERN),
             status_poll_seconds=number("KUBERL_STATUS_POLL_SECONDS", base.status_poll_seconds, 0.1),
-            status_port=int(number("KUBERL_STATUS_PORT", base.status_port, 1)),
+            status_port=port(ENV_STATUS_PORT, base.status_port),
             operator_namespace=text("KUBERL_OPERATOR_NAMESPACE", text("POD_NAMESPACE", base.operator_namespace)),
             prometheus_namespace=text("KUBERL_PROMETHEUS_NAMESPACE", base.prometheus_namespace),
         )

@@ -1,6 +1,6 @@
 """Decide: a pure function from what the operator observed to the new `.status` and the actions to take.
 
-`decide(observation)` knows the whole lifecycle of DESIGN.md (phases, conditions, attempts, the
+`decide(observation)` knows the whole lifecycle (docs/architecture.md, docs/operator.md) (phases, conditions, attempts, the
 backoff limit, suspend, TTL, scaling, refused spec changes, fail-fast errors); the handlers only
 observe, call it, and apply its `Decision`. Every decision is idempotent: applying it twice, or
 deciding again from what a half-applied decision left behind, makes nothing twice.
@@ -17,9 +17,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, ROLE_LABEL
+from kuberl.api.contract import (
+    ATTEMPT_ANNOTATION,
+    EXIT_INVALID_SPEC,
+    HEAD_ROLE,
+    PROGRESS_KEYS,
+    RESULT_INVALID_SPEC,
+    RESULT_SUCCEEDED,
+    ROLE_LABEL,
+    WORKER_ROLE,
+    TerminationSummary,
+    TrainerStatus,
+)
 
-EXIT_INVALID_SPEC = 2
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
 CONDITION_TYPES = ("Ready", "Succeeded", "Reconciling", "Stalled")
@@ -27,9 +37,8 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
-SUMMARY_FIELDS = ("iteration", "timesteps", "episodeReturnMean", "lastCheckpoint")
 OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
-MEMORY_SETTING = {"head": "spec.head.memory", "worker": "spec.workers.memory"}
+MEMORY_SETTING = {HEAD_ROLE: "spec.head.memory", WORKER_ROLE: "spec.workers.memory"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class PodState:
     index: int | None = None
     deleting: bool = False
     exit_code: int | None = None
-    termination: dict[str, Any] | None = None  # the trainer's JSON summary, when it wrote one
+    termination: TerminationSummary | None = None  # the trainer's JSON summary, when it wrote one
     termination_text: str = ""
     waiting_reason: str | None = None
     waiting_message: str = ""
@@ -65,7 +74,7 @@ class Observation:
     missing_secret: str | None = None
     create_rejected: str | None = None  # the API server refused a child for good (400/403/422)
     pods: tuple[PodState, ...] = ()
-    trainer: dict[str, Any] | None = None  # the head's /status JSON, when reachable
+    trainer: TrainerStatus | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
     failed_attempt: int = 0  # the highest attempt already counted as failed (annotation)
 
@@ -121,7 +130,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
     role = (meta.get("labels") or {}).get(ROLE_LABEL, "")
     name = meta.get("name", "")
     index = None
-    if role == "worker" and name.rsplit("-", 1)[-1].isdigit():
+    if role == WORKER_ROLE and name.rsplit("-", 1)[-1].isdigit():
         index = int(name.rsplit("-", 1)[-1])
     try:
         attempt = int((meta.get("annotations") or {}).get(ATTEMPT_ANNOTATION, "0"))
@@ -239,11 +248,11 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
 
 
 def _head(obs: Observation) -> PodState | None:
-    return next((p for p in obs.pods if p.role == "head" and not p.deleting), None)
+    return next((p for p in obs.pods if p.role == HEAD_ROLE and not p.deleting), None)
 
 
 def _workers(obs: Observation) -> list[PodState]:
-    return [p for p in obs.pods if p.role == "worker" and not p.deleting]
+    return [p for p in obs.pods if p.role == WORKER_ROLE and not p.deleting]
 
 
 def _base(obs: Observation) -> Decision:
@@ -301,7 +310,7 @@ def _terminal(decision: Decision, obs: Observation) -> Decision:
         left = (finished + datetime.timedelta(seconds=obs.ttl_seconds) - obs.now).total_seconds()
         if left <= 0:
             decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
-            if any(p.role == "head" and not p.deleting for p in obs.pods):
+            if any(p.role == HEAD_ROLE and not p.deleting for p in obs.pods):
                 decision.events.append(Event("Normal", "TTLExpired", "pods deleted after ttlSecondsAfterFinished"))
         else:
             decision.requeue_after = left
@@ -311,7 +320,7 @@ def _terminal(decision: Decision, obs: Observation) -> Decision:
 
 def _summary_from(head: PodState, status: dict[str, Any]) -> str:
     summary = head.termination or {}
-    for key in SUMMARY_FIELDS:
+    for key in PROGRESS_KEYS:
         if summary.get(key) is not None:
             status[key] = summary[key]
     return str(summary.get("message") or summary.get("reason") or head.termination_text or "")
@@ -365,7 +374,7 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     status = decision.status
 
     if head is None:
-        if any(p.role == "head" for p in obs.pods):  # the old head is still going away
+        if any(p.role == HEAD_ROLE for p in obs.pods):  # the old head is still going away
             decision.requeue_after = 1.0
             return _finish(decision, obs, "Starting", "Restarting", "waiting for the old head pod to go")
         lost = attempt > obs.failed_attempt and prev_phase in ("Pending", "Starting", "Running")
@@ -386,7 +395,7 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         return _finish(decision, obs, "Pending", "PodsPending", _with_failure(message, obs, next_attempt),
                        announce=False)
 
-    if head.phase == "Succeeded" and (head.termination or {}).get("result") != "Succeeded":
+    if head.phase == "Succeeded" and (head.termination or {}).get("result") != RESULT_SUCCEEDED:
         # The trainer always leaves its summary; an exit 0 without one is not a finished run
         # (user code calling os._exit(0), say): a failure, retried up to backoffLimit.
         return _head_failed(decision, obs, attempt, "the trainer exited 0 without its summary", head)
@@ -397,7 +406,7 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         return _finish(decision, obs, "Succeeded", "Succeeded", message or "stop criterion met")
     if head.phase == "Failed":
         summary = head.termination or {}
-        if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == "InvalidSpec":
+        if head.exit_code == EXIT_INVALID_SPEC or summary.get("result") == RESULT_INVALID_SPEC:
             message = str(summary.get("message") or head.termination_text or "the trainer refused the spec")
             return _fail(decision, obs, "InvalidSpec", message, keep_head=True)
         if head.termination_reason == OOM_KILLED:
@@ -420,7 +429,7 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     trainer = obs.trainer or {}
     trainer_here = bool(trainer) and int(trainer.get("attempt") or attempt) == attempt
     if trainer_here:
-        for key in SUMMARY_FIELDS:
+        for key in PROGRESS_KEYS:
             if trainer.get(key) is not None:
                 status[key] = trainer[key]
     if not (trainer_here and trainer.get("phase") == "Running") and prev_phase != "Running":
@@ -487,7 +496,7 @@ def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> list
             continue
         present.add(pod.index)
         ready += pod.phase == "Running"
-    gone = {p.index for p in obs.pods if p.role == "worker" and p.deleting and p.index is not None}
+    gone = {p.index for p in obs.pods if p.role == WORKER_ROLE and p.deleting and p.index is not None}
     missing = [i for i in range(obs.replicas) if i not in present and i not in gone]
     if missing:
         decision.create_workers = missing

@@ -8,9 +8,10 @@ termination message go back to the API. A deleted pod's processes are stopped, a
 everything the runner started is stopped.
 
 Stand-in specifics: container ports get a local port each (Ray's GCS binds `*:6379`, so two pods
-cannot both have it), except the ones in `fixed_ports`; the trainer learns its status port and
-address from KUBERL_STATUS_PORT / KUBERL_STATUS_HOST and its termination log path from
-KUBERL_TERMINATION_LOG. One container per pod; restartPolicy is treated as Never.
+cannot both have it), except the ones in `fixed_ports`; the trainer's status port (the pod's
+KUBERL_STATUS_PORT, set by the operator) becomes its local port, its address is pinned by
+KUBERL_STATUS_HOST and its termination log path by KUBERL_TERMINATION_LOG. One container per pod;
+restartPolicy is treated as Never.
 
 One job per module:
   runner      PodRunner, the loop: observe pods and Services, start, finish and stop pods
@@ -23,6 +24,6 @@ Use `PodRunner(api_client, options).start()` / `.stop()` from Python.
 """
 
 from kuberl_testing.podrunner.addresses import AddressPool
-from kuberl_testing.podrunner.runner import STATUS_PORT, PodRunner, RunnerOptions, api_client_from_kubeconfig
+from kuberl_testing.podrunner.runner import PodRunner, RunnerOptions, api_client_from_kubeconfig
 
-__all__ = ["STATUS_PORT", "AddressPool", "PodRunner", "RunnerOptions", "api_client_from_kubeconfig"]
+__all__ = ["AddressPool", "PodRunner", "RunnerOptions", "api_client_from_kubeconfig"]

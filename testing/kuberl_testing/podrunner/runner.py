@@ -25,6 +25,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from kuberl.api.contract import ENV_STATUS_HOST, ENV_STATUS_PORT, ENV_TERMINATION_LOG
 from kuberl_testing.podrunner import localpod, pod_status
 from kuberl_testing.podrunner.addresses import AddressPool
 from kuberl_testing.podrunner.localpod import Endpoint, PodSetupError
@@ -36,7 +37,6 @@ from kuberl_testing.process_tree import (
     stop_process_tree,
 )
 
-STATUS_PORT = 8080
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -270,7 +270,7 @@ class PodRunner:
                                            hosts) for a in argv]
         argv = localpod.rewrite_port_flags(argv, pod.ports)
         env = {k: localpod.rewrite_addresses(localpod.rewrite_paths(v, paths), hosts) for k, v in env.items()}
-        env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod)}
+        env = {**self._base_env(pod), **self.options.extra_env, **env, **self._pinned_env(pod, env)}
         argv[0] = shutil.which(argv[0], path=env["PATH"]) or argv[0]
         working_dir = container.get("workingDir")
         cwd = localpod.rewrite_paths(working_dir, paths) if working_dir else str(pod.directory)
@@ -356,20 +356,21 @@ class PodRunner:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def _pinned_env(self, pod: _Pod) -> dict[str, str]:
+    def _pinned_env(self, pod: _Pod, env: Mapping[str, str]) -> dict[str, str]:
         """What only the stand-in knows: where this pod's files, address and ports are."""
         assert pod.directory is not None and pod.ip is not None
-        env = {
+        pinned = {
             "HOME": str(pod.directory / "home"),
             "TMPDIR": str(pod.directory / "tmp"),
             "RAY_TMPDIR": str(self._ray_dir(pod)),
-            "KUBERL_STATUS_HOST": pod.ip,
-            "KUBERL_TERMINATION_LOG": str(pod.termination_path),
+            ENV_STATUS_HOST: pod.ip,
+            ENV_TERMINATION_LOG: str(pod.termination_path),
             MARKER_VARIABLE: pod.marker,
         }
-        if STATUS_PORT in pod.ports:
-            env["KUBERL_STATUS_PORT"] = str(pod.ports[STATUS_PORT])
-        return env
+        status_port = env.get(ENV_STATUS_PORT, "")
+        if status_port.isdigit() and int(status_port) in pod.ports:
+            pinned[ENV_STATUS_PORT] = str(pod.ports[int(status_port)])
+        return pinned
 
     def _ray_dir(self, pod: _Pod) -> Path:
         path = self._ray_dirs / pod.uid[:8]

@@ -5,14 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kuberl.api.contract import APP_LABEL, APP_NAME, EXPERIMENT_LABEL, ROLE_LABEL
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 from kuberl.operator import names
 from kuberl.operator.settings import Settings
-
-APP_LABEL = "app.kubernetes.io/name"
-EXPERIMENT_LABEL = "kuberl.io/experiment"
-ROLE_LABEL = "kuberl.io/role"
-ATTEMPT_ANNOTATION = "kuberl.io/attempt"
 
 
 @dataclass(frozen=True)
@@ -30,7 +26,7 @@ def owner_of(body: dict[str, Any]) -> Owner:
 
 
 def labels(experiment: str, role: str | None = None) -> dict[str, str]:
-    result = {APP_LABEL: "kuberl", EXPERIMENT_LABEL: names.experiment_label(experiment)}
+    result = {APP_LABEL: APP_NAME, EXPERIMENT_LABEL: names.experiment_label(experiment)}
     if role:
         result[ROLE_LABEL] = role
     return result

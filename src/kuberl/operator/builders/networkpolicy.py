@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from kuberl.api.contract import EXPERIMENT_LABEL
 from kuberl.operator import names
-from kuberl.operator.builders.common import EXPERIMENT_LABEL, Owner, metadata
-from kuberl.operator.builders.service import STATUS_PORT
+from kuberl.operator.builders.common import Owner, metadata
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
-def build_network_policy(owner: Owner, *, operator_namespace: str, prometheus_namespace: str) -> dict[str, Any]:
+def build_network_policy(owner: Owner, *, operator_namespace: str, prometheus_namespace: str,
+                         status_port: int) -> dict[str, Any]:
     own_pods = {"podSelector": {"matchLabels": {EXPERIMENT_LABEL: names.experiment_label(owner.name)}}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -28,7 +29,7 @@ def build_network_policy(owner: Owner, *, operator_namespace: str, prometheus_na
                         {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}},
                         {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: prometheus_namespace}}},
                     ],
-                    "ports": [{"protocol": "TCP", "port": STATUS_PORT}],
+                    "ports": [{"protocol": "TCP", "port": status_port}],
                 },
             ],
         },

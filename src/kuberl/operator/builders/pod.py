@@ -6,19 +6,31 @@ import math
 import shlex
 from typing import Any
 
+from kuberl.api.contract import (
+    ATTEMPT_ANNOTATION,
+    ENV_ATTEMPT,
+    ENV_EXPECTED_NODES,
+    ENV_EXPERIMENT_NAME,
+    ENV_EXPERIMENT_NAMESPACE,
+    ENV_STATUS_PORT,
+    HEAD_ROLE,
+    OPTIONAL_CREDENTIAL_KEYS,
+    REQUIRED_CREDENTIAL_KEYS,
+    WORKER_ROLE,
+)
 from kuberl.api.types import PodSpec, RLExperiment
 from kuberl.operator import names
-from kuberl.operator.builders.common import ATTEMPT_ANNOTATION, Owner, metadata
+from kuberl.operator.builders.common import Owner, metadata
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
 from kuberl.operator.builders.secret import TOKEN_KEY
-from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, HEAD_PORTS, STATUS_PORT
+from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, head_ports
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_DIR = "/etc/kuberl"
 RUN_AS_USER = 1000
 HEAD_GRACE_SECONDS = 60  # time for the trainer's final checkpoint after SIGTERM
-STORAGE_SECRET_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False),
-                       ("AWS_SESSION_TOKEN", True), ("AWS_REGION", True))
+STORAGE_SECRET_KEYS = (*((key, False) for key in REQUIRED_CREDENTIAL_KEYS),
+                       *((key, True) for key in OPTIONAL_CREDENTIAL_KEYS))  # (key, optional)
 
 
 def ray_cpus(cpu: int | str) -> int:
@@ -54,9 +66,9 @@ def _secret_env(name: str, secret: str, key: str, optional: bool = False) -> dic
 def _common_env(experiment: RLExperiment, owner: Owner, attempt: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "KUBERL_EXPERIMENT_NAME", "value": owner.name},
-        {"name": "KUBERL_EXPERIMENT_NAMESPACE", "value": owner.namespace},
-        {"name": "KUBERL_ATTEMPT", "value": str(attempt)},
+        {"name": ENV_EXPERIMENT_NAME, "value": owner.name},
+        {"name": ENV_EXPERIMENT_NAMESPACE, "value": owner.namespace},
+        {"name": ENV_ATTEMPT, "value": str(attempt)},
         {"name": "RAY_AUTH_MODE", "value": "token"},
         _secret_env("RAY_AUTH_TOKEN", names.token_secret_name(owner.name), TOKEN_KEY),
         {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
@@ -119,32 +131,33 @@ def head_command(experiment: RLExperiment) -> str:
     return f"{ray} && exec kuberl train --in-cluster -f {CONFIG_DIR}/{EXPERIMENT_FILE}"
 
 
-def worker_command(experiment: RLExperiment, owner: Owner) -> str:
+def worker_command(experiment: RLExperiment, owner: Owner, status_port: int) -> str:
     workers = experiment.spec.workers
     head = names.head_name(owner.name)
     # Wait for the trainer's status port, not the GCS port: the trainer starts only after
     # `ray start --head` has registered the head node, and a worker that joins a GCS before
     # that fails ("No node info found for head node").
-    probe = f'import socket; socket.create_connection(("{head}", {STATUS_PORT}), 2)'
+    probe = f'import socket; socket.create_connection(("{head}", {status_port}), 2)'
     wait = f"until python -c {shlex.quote(probe)} 2>/dev/null; do sleep 1; done"
     ray = (f"exec ray start --address={head}:{GCS_PORT} --node-ip-address=${{POD_IP}} --block "
            f"--num-cpus={ray_cpus(workers.cpu)} --num-gpus={workers.gpus} --disable-usage-stats")
     return f"{wait}; {ray}"
 
 
-def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int) -> dict[str, Any]:
+def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int, *, status_port: int) -> dict[str, Any]:
     spec = experiment.spec
     env = [
         *_common_env(experiment, owner, attempt),
         {"name": "RAY_ADDRESS", "value": f"$(POD_IP):{GCS_PORT}"},
-        {"name": "KUBERL_EXPECTED_NODES", "value": str(1 + spec.workers.replicas)},
+        {"name": ENV_EXPECTED_NODES, "value": str(1 + spec.workers.replicas)},
+        {"name": ENV_STATUS_PORT, "value": str(status_port)},
     ]
     container = {
         "name": "head",
         "image": spec.image,
         "command": ["/bin/sh", "-c", head_command(experiment)],
         "env": env,
-        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in HEAD_PORTS],
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in head_ports(status_port)],
         "resources": _resources(spec.head),
         "securityContext": _container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -156,18 +169,19 @@ def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int) -> dict
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(owner, names.head_name(owner.name), role="head",
+        "metadata": metadata(owner, names.head_name(owner.name), role=HEAD_ROLE,
                              annotations={ATTEMPT_ANNOTATION: str(attempt)}),
         "spec": pod_spec,
     }
 
 
-def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt: int) -> dict[str, Any]:
+def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt: int, *,
+                     status_port: int) -> dict[str, Any]:
     spec = experiment.spec
     container = {
         "name": "worker",
         "image": spec.image,
-        "command": ["/bin/sh", "-c", worker_command(experiment, owner)],
+        "command": ["/bin/sh", "-c", worker_command(experiment, owner, status_port)],
         "env": _common_env(experiment, owner, attempt),
         "resources": _resources(spec.workers),
         "securityContext": _container_security(),
@@ -177,7 +191,7 @@ def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(owner, names.worker_name(owner.name, index), role="worker",
+        "metadata": metadata(owner, names.worker_name(owner.name, index), role=WORKER_ROLE,
                              annotations={ATTEMPT_ANNOTATION: str(attempt)}),
         "spec": _pod_spec(experiment, spec.workers, container, []),
     }

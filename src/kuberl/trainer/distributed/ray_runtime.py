@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from kuberl.api.contract import ROLE_LABEL, WORKER_ROLE
+
 # Ray rewrites a node address of plain 127.0.0.1 to the machine's external address;
 # any other loopback address is kept, so a local run binds to loopback only.
 DEFAULT_LOCAL_NODE_IP = "127.0.0.2"
@@ -67,6 +69,6 @@ def join_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"only {alive} of {expected_nodes} Ray nodes joined within {wait_seconds:.0f}s; "
-                "check the worker pods (kubectl get pods -l kuberl.io/role=worker)"
+                f"check the worker pods (kubectl get pods -l {ROLE_LABEL}={WORKER_ROLE})"
             )
         time.sleep(1.0)

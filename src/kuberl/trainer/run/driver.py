@@ -3,8 +3,9 @@
 The driver owns the run, not the algorithm: it checks the env, finds the run's
 storage, resumes from the newest complete checkpoint, calls `train()` until a
 stop criterion holds, and writes results, checkpoints and traces on the way.
-In a cluster it also joins the head's Ray node, serves :8080/status and
-/metrics for the operator, and leaves a summary in the termination log.
+In a cluster it also joins the head's Ray node, serves /status and /metrics
+for the operator, and leaves a summary in the termination log (the contract
+with the operator is kuberl.api.contract).
 """
 
 from __future__ import annotations
@@ -23,6 +24,23 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from kuberl.api.contract import (
+    DEFAULT_STATUS_PORT,
+    ENV_ATTEMPT,
+    ENV_EXPECTED_NODES,
+    ENV_EXPERIMENT_NAMESPACE,
+    ENV_STATUS_HOST,
+    ENV_STATUS_PORT,
+    ENV_TERMINATION_LOG,
+    RESULT_FAILED,
+    RESULT_INVALID_SPEC,
+    RESULT_SUCCEEDED,
+    RESULT_TERMINATED,
+    SUMMARY_KEYS,
+    TERMINATION_LOG,
+    TERMINATION_LOG_LIMIT,
+    exit_code_for,
+)
 from kuberl.api.types import RLExperiment, StopSpec
 from kuberl.api.validation import FieldError, ManifestError
 from kuberl.trainer.storage.base import StorageError
@@ -33,12 +51,6 @@ if TYPE_CHECKING:
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
     from kuberl.trainer.storage.run import RunStorage
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_TERMINATED = 143
-DEFAULT_STATUS_PORT = 8080
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 LOG_LINE_SECONDS = 1.0
 
 
@@ -66,9 +78,7 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        return {"Succeeded": EXIT_OK, "InvalidSpec": EXIT_INVALID, "Terminated": EXIT_TERMINATED}.get(
-            self.result, EXIT_FAILED
-        )
+        return exit_code_for(self.result)
 
 
 def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
@@ -146,11 +156,11 @@ class _Termination:
 
 
 def _write_termination_log(summary: Summary) -> None:
-    path = os.environ.get("KUBERL_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)
-    body = {k: v for k, v in asdict(summary).items() if k != "runUri"}
+    path = os.environ.get(ENV_TERMINATION_LOG, TERMINATION_LOG)
+    body = {k: v for k, v in asdict(summary).items() if k in SUMMARY_KEYS}
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(body)[:4000])  # the kubelet keeps at most 4096 bytes
+            fh.write(json.dumps(body)[:TERMINATION_LOG_LIMIT])
     except OSError as exc:
         print(f"warning: cannot write termination log {path}: {exc}", file=sys.stderr)
 
@@ -164,7 +174,7 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     spec = experiment.spec
     namespace = None
     if options.in_cluster:
-        namespace = os.environ.get("KUBERL_EXPERIMENT_NAMESPACE") or experiment.metadata.namespace or "default"
+        namespace = os.environ.get(ENV_EXPERIMENT_NAMESPACE) or experiment.metadata.namespace or "default"
     root = run_root_uri(options.storage_uri or spec.storage.uri, namespace, experiment.name)
     store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
     store.check()
@@ -180,35 +190,35 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
 def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
     """Train to a stop criterion; the summary says how it ended (and the process's exit code)."""
     out = options.out or sys.stdout
-    status = LiveStatus(attempt=int(os.environ.get("KUBERL_ATTEMPT", "0") or 0))
+    status = LiveStatus(attempt=int(os.environ.get(ENV_ATTEMPT, "0") or 0))
     server = None
     port = options.status_port
     if port is None and options.in_cluster:
-        port = int(os.environ.get("KUBERL_STATUS_PORT", DEFAULT_STATUS_PORT))
+        port = int(os.environ.get(ENV_STATUS_PORT, DEFAULT_STATUS_PORT))
     if port:
         from kuberl.trainer.run.status_server import start_status_server
 
         default_host = "0.0.0.0" if options.in_cluster else "127.0.0.1"
-        server = start_status_server(status, port, host=os.environ.get("KUBERL_STATUS_HOST", default_host))
+        server = start_status_server(status, port, host=os.environ.get(ENV_STATUS_HOST, default_host))
     try:
         summary = _train(experiment, options, status, out)
     except ManifestError as exc:
         if not options.in_cluster:
             raise
-        summary = Summary("InvalidSpec", "InvalidSpec", "; ".join(str(e) for e in exc.errors))
+        summary = Summary(RESULT_INVALID_SPEC, "InvalidSpec", "; ".join(str(e) for e in exc.errors))
     except StorageError as exc:
         if not options.in_cluster:
             raise
-        summary = Summary("InvalidSpec", "StorageError", str(exc))
+        summary = Summary(RESULT_INVALID_SPEC, "StorageError", str(exc))
     except StoreUnavailable as exc:  # transient errors past the deadline: retryable (exit 1)
         if not options.in_cluster:
             raise
-        summary = Summary("Failed", "StorageUnavailable", str(exc))
+        summary = Summary(RESULT_FAILED, "StorageUnavailable", str(exc))
     except Exception as exc:  # in a pod the summary must say why, whatever it was
         if not options.in_cluster:
             raise
         traceback.print_exc()
-        summary = Summary("Failed", type(exc).__name__, str(exc))
+        summary = Summary(RESULT_FAILED, type(exc).__name__, str(exc))
     finally:
         if server is not None:
             server.shutdown()
@@ -226,12 +236,12 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         raise ManifestError(errors)
     log = functools.partial(print, file=out, flush=True)
     store, run = retry_transient(lambda: _resolve_run(experiment, options), "storage", log=log)
-    if "KUBERL_ATTEMPT" not in os.environ:
+    if ENV_ATTEMPT not in os.environ:
         status.update(attempt=retry_transient(run.next_attempt, "storage", log=log))
     run.attempt = status.attempt  # an older head can no longer rewrite this attempt's results
 
     if options.in_cluster:
-        expected = int(os.environ.get("KUBERL_EXPECTED_NODES", 1 + experiment.spec.workers.replicas))
+        expected = int(os.environ.get(ENV_EXPECTED_NODES, 1 + experiment.spec.workers.replicas))
         from kuberl.trainer.distributed.ray_runtime import join_cluster
 
         join_cluster(expected, options.node_wait_seconds, out)
@@ -332,10 +342,10 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     final = checkpoints.wait(timeout=float(os.environ.get("KUBERL_FINAL_CHECKPOINT_SECONDS", "600")))
     last_uri = final.uri if final is not None else None
     if reason is None:
-        summary = Summary("Terminated", termination.signal_name or "Terminated",
+        summary = Summary(RESULT_TERMINATED, termination.signal_name or "Terminated",
                           f"stopped by {termination.signal_name or 'a signal'} after a final checkpoint")
     else:
-        summary = Summary("Succeeded", "StopCriterion", reason)
+        summary = Summary(RESULT_SUCCEEDED, "StopCriterion", reason)
     summary.iteration = result.get("iteration", 0)
     summary.timesteps = result.get("timesteps", 0)
     summary.episodeReturnMean = result.get("episodeReturnMean")

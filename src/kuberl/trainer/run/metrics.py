@@ -1,4 +1,4 @@
-"""Trainer metrics in Prometheus form, served on :8080/metrics next to /status."""
+"""Trainer metrics in Prometheus form, served on the status port's /metrics next to /status."""
 
 from __future__ import annotations
 

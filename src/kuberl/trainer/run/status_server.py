@@ -9,6 +9,8 @@ from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kuberl.api.contract import METRICS_PATH, STATUS_PATH
+
 
 class StatusSource(Protocol):
     def snapshot(self) -> dict: ...
@@ -35,9 +37,9 @@ def start_status_server(source: StatusSource, port: int, host: str = "0.0.0.0") 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
-            if path == "/status":
+            if path == STATUS_PATH:
                 self._send(200, "application/json", json.dumps(source.snapshot()).encode())
-            elif path == "/metrics":
+            elif path == METRICS_PATH:
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest())
             elif path in ("/healthz", "/readyz"):
                 self._send(200, "text/plain", b"ok")

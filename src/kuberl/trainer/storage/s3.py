@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from kuberl.api.contract import REGION_KEY
 from kuberl.trainer.storage.base import NotFound, StorageError
 from kuberl.trainer.storage.faults import TransientStorageError, classify
 
@@ -63,7 +64,7 @@ class S3Store:
         self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         self.endpoint = endpoint
         # botocore reads AWS_DEFAULT_REGION; the operator (and AWS's own SDKs) set AWS_REGION.
-        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or None
+        self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get(REGION_KEY) or None
         self._options = {"max_attempts": max_attempts, "connect_timeout": connect_timeout,
                          "read_timeout": read_timeout}
         self._client: Any = None

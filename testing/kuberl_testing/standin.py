@@ -21,7 +21,6 @@ from typing import Any
 from kubernetes import client as k8s
 
 from kuberl_testing.podrunner import (
-    STATUS_PORT,
     PodRunner,
     RunnerOptions,
     api_client_from_kubeconfig,
@@ -51,7 +50,7 @@ class StandInCluster:
     unpullable_image = UNPULLABLE_IMAGE
     s3_secret = S3_SECRET
 
-    def __init__(self, work_dir: Path):
+    def __init__(self, work_dir: Path, status_port: int | None = None):
         self.work_dir = work_dir
         self.kubeconfig = work_dir / "kubeconfig.yaml"
         self.operator_kubeconfig = self.kubeconfig  # the credentials the operator runs with
@@ -60,7 +59,7 @@ class StandInCluster:
         self.runner: PodRunner | None = None
         self.s3: S3Server | None = None
         self.operator_log = work_dir / "operator.log"
-        self.status_port = free_port("")
+        self.status_port = status_port or free_port("")  # the operator's KUBERL_STATUS_PORT
         self.health_port = free_port("127.0.0.1")
         self.metrics_port = free_port("127.0.0.1")
 
@@ -127,7 +126,7 @@ class StandInCluster:
         self._start_emulator()
         api = api_client_from_kubeconfig(str(self.kubeconfig))
         self.runner = PodRunner(api, RunnerOptions(work_dir=self.work_dir / "pods", fixed_ports={
-            STATUS_PORT: self.status_port}, extra_env=POD_ENV, unpullable_images=re.escape(UNPULLABLE_IMAGE))).start()
+            self.status_port: self.status_port}, extra_env=POD_ENV, unpullable_images=re.escape(UNPULLABLE_IMAGE))).start()
         self._create_peering(k8s.CustomObjectsApi(api))
         self._start_operator()
         self._prepare_namespace(k8s.CoreV1Api(api))
