@@ -57,8 +57,11 @@ def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
     started = _start("control-plane", tmp_path_factory)
     try:
         yield started
+        # The chart's RBAC must cover everything the operator did in the whole session.
+        forbidden = started.forbidden_requests(started.operator_user)
     finally:
         started.stop()
+    assert not forbidden, f"the operator's ServiceAccount was refused by RBAC: {forbidden[:10]}"
 
 
 @pytest.fixture(scope="session")

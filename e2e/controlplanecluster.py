@@ -14,6 +14,7 @@ credentials: a rule missing from the chart's Role fails a scenario.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import time
@@ -22,13 +23,13 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from standin import BUCKET, POD_ENV, UNPULLABLE_IMAGE, StandInCluster
 
 from kuberl_testing import helm_chart
 from kuberl_testing.controlplane import ControlPlane
-from kuberl_testing.podrunner import STATUS_PORT, PodRunner, RunnerOptions, api_client_from_kubeconfig
+from kuberl_testing.podrunner import PodRunner, RunnerOptions, api_client_from_kubeconfig
 from kuberl_testing.podrunner.node import NodeAgent
 from kuberl_testing.s3server import S3Server
+from kuberl_testing.standin import BUCKET, POD_ENV, UNPULLABLE_IMAGE, StandInCluster
 
 NODE_NAME = "pod-runner"
 KUBECTL = helm_chart.ROOT / ".tools" / "bin" / "kubectl"
@@ -61,18 +62,39 @@ class ControlPlaneCluster(StandInCluster):
             raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr}{result.stdout}")
         return result
 
-    def forbidden_requests(self, user: str) -> list[str]:
-        """Requests by `user` that the authorizer refused (403), from the audit log."""
+    @property
+    def operator_user(self) -> str:
+        return f"system:serviceaccount:{self.operator_account[0]}:{self.operator_account[1]}"
+
+    def audit(self, **match: str) -> list[dict[str, Any]]:
+        """Completed requests from the API server's audit log whose fields match: user, verb,
+        resource, namespace, name, code (e.g. audit(user=..., verb="create", resource="pods"))."""
         assert self.plane is not None
-        lines = self.plane.audit_log.read_text(errors="replace").splitlines() if self.plane.audit_log.exists() else []
-        return [line for line in lines if f'"username":"{user}"' in line and '"code":403' in line]
+        if not self.plane.audit_log.exists():
+            return []
+        found = []
+        with self.plane.audit_log.open(errors="replace") as log:
+            for line in log:
+                entry = json.loads(line)
+                ref = entry.get("objectRef") or {}
+                fields = {"user": entry["user"].get("username"), "verb": entry.get("verb"),
+                          "resource": ref.get("resource"), "subresource": ref.get("subresource"),
+                          "namespace": ref.get("namespace"), "name": ref.get("name"),
+                          "code": str((entry.get("responseStatus") or {}).get("code"))}
+                if entry.get("stage") == "ResponseComplete" and all(fields[k] == v for k, v in match.items()):
+                    found.append(entry)
+        return found
+
+    def forbidden_requests(self, user: str) -> list[str]:
+        """What the authorizer refused `user` (403s other than admission's), from the audit log."""
+        return [f"{e['verb']} {e['requestURI']}" for e in self.audit(user=user, code="403")
+                if (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"]
 
     def diagnostics(self, namespace: str, lines: int = 40) -> str:
         text = super().diagnostics(namespace, lines)
         if self.node is not None and self.node.errors:
             text += "\nnode heartbeat errors:\n" + "\n".join(self.node.errors[-5:])
-        user = f"system:serviceaccount:{self.operator_account[0]}:{self.operator_account[1]}"
-        if forbidden := self.forbidden_requests(user):
+        if forbidden := self.forbidden_requests(self.operator_user):
             text += "\nthe operator's requests refused by RBAC (audit log):\n" + "\n".join(forbidden[-5:])
         return text
 
@@ -120,7 +142,7 @@ class ControlPlaneCluster(StandInCluster):
                                                                             ("system:nodes",))))
         self.node = NodeAgent(node_api, NODE_NAME).start()
         self.runner = PodRunner(node_api, RunnerOptions(
-            work_dir=self.work_dir / "pods", fixed_ports={STATUS_PORT: self.status_port}, extra_env=POD_ENV,
+            work_dir=self.work_dir / "pods", fixed_ports={self.status_port: self.status_port}, extra_env=POD_ENV,
             unpullable_images=re.escape(UNPULLABLE_IMAGE), node_name=NODE_NAME)).start()
 
     def _prepare_namespace(self, core: k8s.CoreV1Api) -> None:
