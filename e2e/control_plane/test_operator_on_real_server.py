@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import urllib3
 import yaml
 from controlplanecluster import ControlPlaneCluster
 from experiments import EXPERIMENT_LABEL, Experiments, tiny_ppo, unique_name
@@ -96,11 +97,18 @@ class PhaseWatch:
 
     def __init__(self, experiments: Experiments, name: str):
         self.phases: list[str] = []
+        self.ended = ""
         self._watch = watch.Watch()
         self._thread = threading.Thread(target=self._run, args=(experiments, name), daemon=True)
         self._thread.start()
 
     def _run(self, experiments: Experiments, name: str) -> None:
+        try:
+            self._follow(experiments, name)
+        except urllib3.exceptions.HTTPError as exc:  # the stream ended (stop(), or the server going away)
+            self.ended = repr(exc)
+
+    def _follow(self, experiments: Experiments, name: str) -> None:
         for event in self._watch.stream(experiments.custom.list_namespaced_custom_object, "kuberl.io", "v1alpha1",
                                         experiments.namespace, "rlexperiments",
                                         field_selector=f"metadata.name={name}", timeout_seconds=600):
@@ -127,7 +135,7 @@ def test_every_phase_transition_posts_its_event(cluster: ControlPlaneCluster, ex
     assert status["phase"] == "Succeeded", experiments.explain(name)
     experiments.wait(name, lambda: phases.phases[-1:] == ["Succeeded"], "the watch to see Succeeded", timeout=30)
     phases.stop()
-    assert "Running" in phases.phases, phases.phases
+    assert "Running" in phases.phases, (phases.phases, phases.ended)
 
     def unannounced() -> list[str]:
         events = experiments.events(name)

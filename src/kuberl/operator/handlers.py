@@ -21,17 +21,19 @@ from typing import Any
 
 import aiohttp
 import kopf
+import urllib3
+from kubernetes.client import ApiException
 
 from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, VERSION
 from kuberl.operator import metrics
 from kuberl.operator.cluster import Cluster, load_api_client
-from kuberl.operator.experiments import Experiment, ExperimentQueue, Key
+from kuberl.operator.experiments import Experiment, ExperimentQueue, Key, retry_seconds
 from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
 from kuberl.operator.settings import Settings
 from kuberl.operator.stateless import NoDiffBase, NoProgress
-from kuberl.operator.status import TERMINAL_PHASES
+from kuberl.operator.status import TERMINAL_PHASES, Event
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
 SHORT_REQUEUE = 2.0
@@ -40,6 +42,7 @@ POLL_TICK = 0.5
 POLLED_PHASES = ("Starting", "Running")  # the phases in which the head's trainer serves its progress
 # Operators up to 0.1 used Kopf timers, which put this finalizer on every experiment.
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+LOGGER = logging.getLogger("kuberl.operator")
 
 
 @kopf.on.login()
@@ -128,14 +131,30 @@ async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
             record.ensured = body["metadata"].get("generation")
         record.phase = decision.status.get("phase", "Pending")
         metrics.publish_phases(memo.experiments.phases())
-        for event in decision.events:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+        if decision.events:
+            await asyncio.to_thread(_post_events, memo.cluster, body, decision.events)
+        if decision.quota_wait:  # nothing to do until the quota allows the pod: look again later and later
+            record.quota_waits += 1
+            record.next_poll = time.monotonic() + retry_seconds(record.quota_waits)
+            return
+        record.quota_waits = 0
         if decision.delete_pods and not (decision.create_head or decision.create_workers):
             continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
         if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
             await asyncio.sleep(decision.requeue_after)
             continue
         return
+
+
+def _post_events(cluster: Cluster, body: dict[str, Any], events: list[Event]) -> None:
+    """Post the decision's events through the API client, whichever path started the pass (a watch
+    event, a retry or the poll loop); one that cannot be written is logged, not retried."""
+    for event in events:
+        try:
+            cluster.post_event(body, event.type, event.reason, event.message)
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+            LOGGER.warning("event %s for %s/%s not posted: %s", event.reason, body["metadata"].get("namespace"),
+                           body["metadata"].get("name"), exc)
 
 
 def _forget(memo: kopf.Memo, key: Key) -> None:
