@@ -6,7 +6,7 @@ Written once against the Kubernetes API and S3; `cluster` is the local stand-in 
 from __future__ import annotations
 
 import pytest
-from experiments import RunFiles, tiny_ppo, unique_name
+from experiments import PhaseWatch, RunFiles, tiny_ppo, unannounced_phases, unique_name
 
 EPISODE_KEYS = {"experiment", "worker", "episode", "env", "return", "length", "policyVersion", "startTime", "endTime"}
 RESULT_KEYS = {"iteration", "timesteps", "episodes", "episodeReturnMean", "envStepsPerSecond", "timeSeconds"}
@@ -20,10 +20,18 @@ def _strictly_increasing(values: list[int]) -> bool:
 
 def test_apply_runs_to_success_with_checkpoints_traces_and_a_summary(cluster, experiments):
     name = unique_name("ok")
+    phases = PhaseWatch(experiments, name)
     experiments.apply(tiny_ppo(name, cluster))
     experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
     status = experiments.wait_phase(name, "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", experiments.explain(name)
+    # An Event for every phase transition, whichever path reconciled it (Running comes from the poll
+    # loop reading the trainer's progress, not from a watch event).
+    experiments.wait(name, lambda: phases.phases[-1:] == ["Succeeded"], "the watch to see Succeeded", timeout=30)
+    phases.stop()
+    assert "Running" in phases.phases, (phases.phases, phases.ended)
+    experiments.wait(name, lambda: not unannounced_phases(phases.phases, experiments.events(name)),
+                     f"an Event for each of the phases {phases.phases}", timeout=30)
 
     files = RunFiles(cluster, name)
     assert status["timesteps"] >= 2560 and status["iteration"] >= 1

@@ -5,16 +5,13 @@ reconcile posts whichever path starts it)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
-import urllib3
 import yaml
 from controlplanecluster import ControlPlaneCluster
 from experiments import EXPERIMENT_LABEL, Experiments, tiny_ppo, unique_name
 from kubernetes import client as k8s
-from kubernetes import watch
 
 GARBAGE_COLLECTOR = "system:serviceaccount:kube-system:generic-garbage-collector"
 CHILD_RESOURCES = {"pods": "Pod", "services": "Service", "configmaps": "ConfigMap", "secrets": "Secret",
@@ -89,63 +86,6 @@ def test_a_missing_service_account_or_priority_class_fails_the_experiment_naming
         assert missing in stalled.get("message", ""), stalled
         assert experiments.pods(name) == []
         assert any(e.reason == "CreateRejected" for e in experiments.events(name))
-
-
-class PhaseWatch:
-    """Every phase an experiment's status goes through, from a watch opened before it is created
-    (each status write is a watch event, so no transition is missed)."""
-
-    def __init__(self, experiments: Experiments, name: str):
-        self.phases: list[str] = []
-        self.ended = ""
-        self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, args=(experiments, name), daemon=True)
-        self._thread.start()
-
-    def _run(self, experiments: Experiments, name: str) -> None:
-        try:
-            self._follow(experiments, name)
-        except urllib3.exceptions.HTTPError as exc:  # the stream ended (stop(), or the server going away)
-            self.ended = repr(exc)
-
-    def _follow(self, experiments: Experiments, name: str) -> None:
-        for event in self._watch.stream(experiments.custom.list_namespaced_custom_object, "kuberl.io", "v1alpha1",
-                                        experiments.namespace, "rlexperiments",
-                                        field_selector=f"metadata.name={name}", timeout_seconds=600):
-            phase = (event["object"].get("status") or {}).get("phase")
-            if phase and (not self.phases or self.phases[-1] != phase):
-                self.phases.append(phase)
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-
-def _announces(event: k8s.CoreV1Event, phase: str) -> bool:
-    # the HeadCreated event is the Pending transition's (it says which attempt starts)
-    return (event.message or "").startswith(phase) or (phase == "Pending" and event.reason == "HeadCreated")
-
-
-def test_every_phase_transition_posts_its_event(cluster: ControlPlaneCluster, experiments: Experiments) -> None:
-    """Transitions reconciled by the poll loop (Running, from the trainer's progress) post their
-    Events as the ones reconciled from a watch event do."""
-    name = unique_name("events")
-    phases = PhaseWatch(experiments, name)
-    experiments.apply(tiny_ppo(name, cluster))
-    status = experiments.wait_phase(name, "Succeeded", "Failed")
-    assert status["phase"] == "Succeeded", experiments.explain(name)
-    experiments.wait(name, lambda: phases.phases[-1:] == ["Succeeded"], "the watch to see Succeeded", timeout=30)
-    phases.stop()
-    assert "Running" in phases.phases, (phases.phases, phases.ended)
-
-    def unannounced() -> list[str]:
-        events = experiments.events(name)
-        return [phase for phase in phases.phases if not any(_announces(e, phase) for e in events)]
-
-    try:
-        experiments.wait(name, lambda: not unannounced(), "an Event for every phase transition", timeout=30)
-    except AssertionError:
-        seen = [(e.reason, e.message) for e in experiments.events(name)]
-        raise AssertionError(f"phases {phases.phases}; no Event for {unannounced()}; events: {seen}") from None
 
 
 def _waiting_on_quota(experiments: Experiments, name: str) -> dict[str, Any] | None:
