@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,7 @@ class ControlPlaneCluster(StandInCluster):
         rest = [d for d in documents if d["kind"] != "CustomResourceDefinition"]
         self.kubectl("create", "namespace", helm_chart.RELEASE_NAMESPACE)
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(crds))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     *(f"crd/{d['metadata']['name']}" for d in crds))
+        wait_established(lambda *args: self.kubectl(*args).stdout, [d["metadata"]["name"] for d in crds])
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(rest))
         account = next(d for d in rest if d["kind"] == "ServiceAccount")
         return account["metadata"].get("namespace", helm_chart.RELEASE_NAMESPACE), account["metadata"]["name"]
@@ -170,3 +170,20 @@ class ControlPlaneCluster(StandInCluster):
         path.write_text(yaml.safe_dump(config))
         path.chmod(0o600)
         return path
+
+
+def wait_established(kubectl: Callable[..., str], names: list[str], timeout: float = 60.0) -> None:
+    """Until every named CRD is Established (`kubectl wait` fails outright on a CRD so new that it
+    has no status.conditions yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = json.loads(kubectl("get", "crd", *names, "-o", "json"))
+        items = listed.get("items", [listed])
+        established = {item["metadata"]["name"] for item in items
+                       if any(c.get("type") == "Established" and c.get("status") == "True"
+                              for c in (item.get("status") or {}).get("conditions") or [])}
+        if established >= set(names):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRDs not Established in {timeout:.0f} s: {sorted(set(names) - established)}")
+        time.sleep(0.2)

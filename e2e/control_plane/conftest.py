@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from controlplanecluster import ControlPlaneCluster
+from controlplanecluster import ControlPlaneCluster, wait_established
 from experiments import Experiments
 from kubernetes import client as k8s
 from paths import CRD_FILE, CRD_NAME, KUBECTL, NAMESPACE
@@ -50,7 +50,7 @@ def kubectl(control_plane: ControlPlane) -> Callable[..., str]:
 def crd_applied(kubectl: Callable[..., str]) -> dict[str, Any]:
     """The generated CRD applied to the bare control plane, with namespace NAMESPACE; as stored."""
     kubectl("apply", "-f", str(CRD_FILE))
-    kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    wait_established(kubectl, [CRD_NAME])
     kubectl("create", "namespace", NAMESPACE)
     return json.loads(kubectl("get", "crd", CRD_NAME, "-o", "json"))
 

@@ -7,8 +7,8 @@ due. No Kopf change-detection handlers, so Kopf keeps no bookkeeping on the obje
 diff-base annotations, and no extra PATCH and watch event for each change.
 
 Shared state lives in Kopf's operator-level memo (set up at start-up; per-object memos are shallow
-copies that share it): the settings, the API client, and the experiments' records and their
-reconcile queue (`experiments.py`).
+copies that share it): the settings, the API client, the experiments' records and their
+reconcile queue (`experiments.py`), and Kopf's event queue borrowed for the poll loop.
 """
 
 from __future__ import annotations
