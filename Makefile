@@ -37,8 +37,9 @@ e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=ki
 control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k8s-1.20.2/bin (cached)
 	testing/control-plane/build.sh
 
-e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
-	$(BIN)/python -m pytest -q e2e/control_plane
+# Every scenario of e2e/test_experiments.py on the real control plane, and e2e/control_plane/'s tests.
+e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the e2e scenarios and the real-server tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
+	E2E_CLUSTER=control-plane $(BIN)/python -m pytest -q -rs e2e
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e

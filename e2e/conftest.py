@@ -1,8 +1,14 @@
-"""The e2e harness: one cluster per session, the local stand-in by default or kind (E2E_CLUSTER=kind).
+"""The e2e harness: one cluster per session, chosen by E2E_CLUSTER: the local stand-in (default),
+the real control plane (`control-plane`) or kind (`kind`).
 
 Stand-in: the Kubernetes API emulator, moto's S3 server, the real operator (`kuberl operator`,
-pointed at the emulator through a kubeconfig) and the pod runner, all on loopback. Logs of a run
-stay under the pytest temp dir (printed at the end of the session).
+pointed at the emulator through a kubeconfig) and the pod runner, all on loopback. Control plane:
+the same operator and pod runner around a real kube-apiserver 1.20 (see controlplanecluster.py).
+Logs of a run stay under the pytest temp dir (printed at the end of the session).
+
+A scenario that needs an API feature some backends lack says so with
+`@pytest.mark.requires_feature("podSchedulingGates")`: it runs where the server has it and is
+skipped, with the reason, where it has not (see capabilities.py).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from capabilities import missing_feature
+from controlplanecluster import ControlPlaneCluster
 from experiments import Experiments
 from kindcluster import KindCluster
 from kubernetes import client as k8s
@@ -21,26 +29,63 @@ from kuberl_testing.podrunner import api_client_from_kubeconfig
 from kuberl_testing.standin import StandInCluster
 
 CLUSTER = os.environ.get("E2E_CLUSTER", "standin")
+BACKENDS = ("standin", "control-plane", "kind")
 
 
 def pytest_report_header() -> str:
     return f"e2e cluster: {CLUSTER}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires_feature(name): needs an API feature not every backend's server has")
+
+
+def _start(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if kind == "kind":
+        return KindCluster().start()
+    if kind == "standin":
+        return StandInCluster(tmp_path_factory.mktemp("standin")).start()
+    if kind == "control-plane":
+        return ControlPlaneCluster(tmp_path_factory.mktemp("control-plane-cluster")).start()
+    raise pytest.UsageError(f"E2E_CLUSTER must be one of {', '.join(BACKENDS)}, not {kind!r}")
+
+
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if CLUSTER == "kind":
-        started: Any = KindCluster().start()
-    elif CLUSTER == "standin":
-        started = StandInCluster(tmp_path_factory.mktemp("standin")).start()
-    else:
-        raise pytest.UsageError(f"E2E_CLUSTER must be standin or kind, not {CLUSTER!r}")
+def real_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlaneCluster]:
+    """The control-plane backend, started once per session whoever asks first (the scenarios with
+    E2E_CLUSTER=control-plane, or e2e/control_plane/'s tests that need the operator)."""
+    started = _start("control-plane", tmp_path_factory)
+    try:
+        yield started
+        # The chart's RBAC must cover everything the operator did in the whole session.
+        forbidden = started.forbidden_requests(started.operator_user)
+    finally:
+        started.stop()
+    assert not forbidden, f"the operator's ServiceAccount was refused by RBAC: {forbidden[:10]}"
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if CLUSTER == "control-plane":
+        yield request.getfixturevalue("real_control_plane")
+        return
+    started = _start(CLUSTER, tmp_path_factory)
     try:
         yield started
     finally:
         started.stop()
         if CLUSTER == "standin":
             print(f"\nstand-in logs: {started.work_dir}")
+
+
+@pytest.fixture(autouse=True)
+def _feature_gate(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("requires_feature")
+    if marker is None:
+        return
+    reason = missing_feature(request.getfixturevalue("cluster"), request.getfixturevalue("api"), marker.args[0])
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

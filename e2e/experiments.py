@@ -10,13 +10,16 @@ import copy
 import gzip
 import hashlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import boto3
+import urllib3
 from kubernetes import client as k8s
+from kubernetes import watch
 
 from kuberl.api.contract import EXPERIMENT_LABEL, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, VERSION
@@ -219,3 +222,41 @@ class RunFiles:
                 text = gzip.decompress(self.read(key)).decode()
                 records += [json.loads(line) for line in text.splitlines() if line.strip()]
         return records
+
+
+class PhaseWatch:
+    """Every phase an experiment's status goes through, from a watch opened before it is created
+    (each status write is a watch event, so no transition is missed)."""
+
+    def __init__(self, experiments: Experiments, name: str):
+        self.phases: list[str] = []
+        self.ended = ""
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, args=(experiments, name), daemon=True)
+        self._thread.start()
+
+    def _run(self, experiments: Experiments, name: str) -> None:
+        try:
+            self._follow(experiments, name)
+        except urllib3.exceptions.HTTPError as exc:  # the stream ended (stop(), or the server going away)
+            self.ended = repr(exc)
+
+    def _follow(self, experiments: Experiments, name: str) -> None:
+        for event in self._watch.stream(experiments.custom.list_namespaced_custom_object, GROUP, VERSION,
+                                        experiments.namespace, PLURAL,
+                                        field_selector=f"metadata.name={name}", timeout_seconds=600):
+            phase = (event["object"].get("status") or {}).get("phase")
+            if phase and (not self.phases or self.phases[-1] != phase):
+                self.phases.append(phase)
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def unannounced_phases(phases: list[str], events: list[k8s.CoreV1Event]) -> list[str]:
+    """The phases in `phases` that no Event announces (a message "PHASE: ..."; the HeadCreated event
+    stands for the move to Pending)."""
+    def announces(event: k8s.CoreV1Event, phase: str) -> bool:
+        return (event.message or "").startswith(phase) or (phase == "Pending" and event.reason == "HeadCreated")
+
+    return [phase for phase in phases if not any(announces(e, phase) for e in events)]

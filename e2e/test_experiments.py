@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from experiments import RunFiles, tiny_ppo, unique_name
+from experiments import PhaseWatch, RunFiles, tiny_ppo, unannounced_phases, unique_name
 
 EPISODE_KEYS = {"experiment", "worker", "episode", "env", "return", "length", "policyVersion", "startTime", "endTime"}
 RESULT_KEYS = {"iteration", "timesteps", "episodes", "episodeReturnMean", "envStepsPerSecond", "timeSeconds"}
@@ -22,10 +22,18 @@ def _strictly_increasing(values: list[int]) -> bool:
 
 def test_apply_runs_to_success_with_checkpoints_traces_and_a_summary(cluster, experiments):
     name = unique_name("ok")
+    phases = PhaseWatch(experiments, name)
     experiments.apply(tiny_ppo(name, cluster))
     experiments.wait(name, lambda: experiments.running_pod(name, "head"), "the head pod to run")
     status = experiments.wait_phase(name, "Succeeded", "Failed")
     assert status["phase"] == "Succeeded", experiments.explain(name)
+    # An Event for every phase transition, whichever path reconciled it (Running comes from the poll
+    # loop reading the trainer's progress, not from a watch event).
+    experiments.wait(name, lambda: phases.phases[-1:] == ["Succeeded"], "the watch to see Succeeded", timeout=30)
+    phases.stop()
+    assert "Running" in phases.phases, (phases.phases, phases.ended)
+    experiments.wait(name, lambda: not unannounced_phases(phases.phases, experiments.events(name)),
+                     f"an Event for each of the phases {phases.phases}", timeout=30)
 
     files = RunFiles(cluster, name)
     assert status["timesteps"] >= 2560 and status["iteration"] >= 1
@@ -187,6 +195,7 @@ def test_suspend_deletes_the_pods_and_resume_continues_from_the_checkpoint(clust
     assert _strictly_increasing([r["iteration"] for r in files.results()])
 
 
+@pytest.mark.requires_feature("podSchedulingGates")
 def test_a_queued_experiment_waits_for_kueue_then_runs_to_success(cluster, experiments):
     """Kueue admits the head and worker as one pod group: gated and Queued until admitted (on kind the
     ClusterQueue holds until the scenario releases it; on the stand-in the scenario removes the gates)."""

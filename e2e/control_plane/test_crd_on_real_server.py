@@ -4,6 +4,7 @@ the build, TokenRequest and RBAC, the garbage collector)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import ssl
 import time
@@ -15,27 +16,20 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+from paths import CRD_FILE, EXAMPLE, NAMESPACE
 
 from kuberl_testing.controlplane import ControlPlane
+from kuberl_testing.podrunner import api_client_from_kubeconfig
+
+GROUP, VERSION, PLURAL = "kuberl.io", "v1alpha1", "rlexperiments"
 
 Kubectl = Callable[..., str]
-ROOT = Path(__file__).resolve().parents[2]
-CRD_FILE = ROOT / "crds" / "rlexperiment.yaml"
-EXAMPLE = ROOT / "examples" / "cartpole-ppo.yaml"
-CRD_NAME = "rlexperiments.kuberl.io"
-NAMESPACE = "kuberl-smoke"
 
 
 def _load(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
-
-
-@pytest.fixture(scope="module")
-def crd_applied(kubectl: Kubectl) -> dict[str, Any]:
-    kubectl("apply", "-f", str(CRD_FILE))
-    kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    kubectl("create", "namespace", NAMESPACE)
-    return json.loads(kubectl("get", "crd", CRD_NAME, "-o", "json"))
 
 
 def test_server_stores_the_generated_crd_unchanged(crd_applied: dict[str, Any]) -> None:
@@ -112,3 +106,70 @@ def test_garbage_collector_removes_an_owned_child(crd_applied: dict[str, Any], k
     while kubectl("get", "configmap", "-n", NAMESPACE, "--ignore-not-found", "-o", "name").count("cartpole-ppo-child"):
         assert time.monotonic() < deadline, "the garbage collector left the experiment's ConfigMap"
         time.sleep(0.2)
+
+
+def _custom(plane: ControlPlane) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(api_client_from_kubeconfig(str(plane.kubeconfig)))
+
+
+def _example(name: str) -> dict[str, Any]:
+    manifest = _load(EXAMPLE)
+    manifest["metadata"] = {"name": name, "namespace": NAMESPACE}
+    return manifest
+
+
+def test_the_server_prunes_unknown_fields_but_keeps_the_open_maps(
+        control_plane: ControlPlane, crd_applied: dict[str, Any]) -> None:
+    """Sent without kubectl's client-side checks, an unknown field is dropped by the structural
+    schema (not refused); env.config and config keep whatever they hold."""
+    custom = _custom(control_plane)
+    manifest = _example("pruned")
+    manifest["spec"]["bogus"] = 1
+    manifest["spec"]["rollouts"]["workerz"] = 2
+    manifest["spec"]["env"]["config"] = {"anything": {"nested": [1, 2]}}
+    manifest["spec"]["config"] = {**manifest["spec"].get("config", {}), "notAHyperparameter": True}
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, manifest)
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "pruned")
+    assert "bogus" not in stored["spec"] and "workerz" not in stored["spec"]["rollouts"]
+    assert stored["spec"]["env"]["config"] == {"anything": {"nested": [1, 2]}}
+    assert stored["spec"]["config"]["notAHyperparameter"] is True
+
+    stored["status"] = {"phase": "Pending", "bogusStatus": "x"}
+    written = custom.replace_namespaced_custom_object_status(GROUP, VERSION, NAMESPACE, PLURAL, "pruned", stored)
+    assert written["status"] == {"phase": "Pending"}
+
+
+def test_status_and_scale_writes_with_a_stale_resource_version_conflict(
+        control_plane: ControlPlane, crd_applied: dict[str, Any]) -> None:
+    custom = _custom(control_plane)
+    manifest = _example("conflicts")
+    manifest["spec"]["workers"] = {"replicas": 1}
+    custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, manifest)
+    read = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts")
+    stale = copy.deepcopy(read)
+
+    read["status"] = {"phase": "Running", "workers": 1, "selector": "kuberl.io/experiment=conflicts"}
+    written = custom.replace_namespaced_custom_object_status(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts", read)
+    assert written["metadata"]["resourceVersion"] != stale["metadata"]["resourceVersion"]
+    assert written["metadata"]["generation"] == stale["metadata"]["generation"]  # status is not spec
+    stale["status"] = {"phase": "Failed"}
+    with pytest.raises(ApiException) as conflict:
+        custom.replace_namespaced_custom_object_status(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts", stale)
+    assert conflict.value.status == 409, conflict.value.body
+
+    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts")
+    assert scale["spec"]["replicas"] == 1
+    assert scale["status"] == {"replicas": 1, "selector": "kuberl.io/experiment=conflicts"}
+    stale_scale = copy.deepcopy(scale)
+    scale["spec"]["replicas"] = 3
+    custom.replace_namespaced_custom_object_scale(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts", scale)
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts")
+    assert stored["spec"]["workers"]["replicas"] == 3
+    assert stored["metadata"]["generation"] == written["metadata"]["generation"] + 1
+    assert stored["status"]["phase"] == "Running"  # a scale write leaves status alone
+    stale_scale["spec"]["replicas"] = 5
+    with pytest.raises(ApiException) as conflict:
+        custom.replace_namespaced_custom_object_scale(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts", stale_scale)
+    assert conflict.value.status == 409, conflict.value.body
+    assert custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "conflicts")[
+        "spec"]["workers"]["replicas"] == 3

@@ -57,6 +57,7 @@ class StandInCluster:
     def __init__(self, work_dir: Path, status_port: int | None = None):
         self.work_dir = work_dir
         self.kubeconfig = work_dir / "kubeconfig.yaml"
+        self.operator_kubeconfig = self.kubeconfig  # the credentials the operator runs with
         self._emulator: subprocess.Popen | None = None
         self._operator: subprocess.Popen | None = None
         self.runner: PodRunner | None = None
@@ -166,7 +167,7 @@ class StandInCluster:
             raise RuntimeError(f"the API emulator did not start: {url!r}; see {self.work_dir / 'emulator.log'}")
 
     def _start_operator(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBERL_TRAINER_IMAGE": TRAINER_IMAGE,
+        env = {**os.environ, "KUBECONFIG": str(self.operator_kubeconfig), "KUBERL_TRAINER_IMAGE": TRAINER_IMAGE,
                "KUBERL_STATUS_PORT": str(self.status_port), "KUBERL_STATUS_POLL_SECONDS": "1",
                "KUBERL_DEFAULT_HEAD_CPU": "1", "KUBERL_DEFAULT_HEAD_MEMORY": "2Gi",
                "KUBERL_DEFAULT_WORKER_CPU": "1", "KUBERL_DEFAULT_WORKER_MEMORY": "1Gi"}

@@ -50,7 +50,14 @@ def _crd_schema() -> dict[str, Any]:
 VALIDATOR = jsonschema.Draft7Validator(as_json_schema(_crd_schema()))
 
 
+# Maps the schema leaves open (x-kubernetes-preserve-unknown-fields): the API server stores any JSON
+# number there, a float when it does not fit in int64 (shown on kube-apiserver 1.20).
+OPEN_MAPS = ("spec.config", "spec.env.config")
+
+
 def _big_integers(node: Any, path: str = "") -> list[str]:
+    if path in OPEN_MAPS:
+        return []
     if isinstance(node, dict):
         return [e for k, v in node.items() for e in _big_integers(v, f"{path}.{k}" if path else k)]
     if isinstance(node, list):

@@ -305,3 +305,26 @@ def test_fixing_a_spec_the_trainer_refused_replaces_its_failed_head():
     assert fixed.failed_attempt == 1 and fixed.restarts == 0
     after = decide(obs(generation=2, previous=fixed.status, failed_attempt=fixed.failed_attempt))
     assert after.create_head == 2 and after.restarts == 0
+
+
+QUOTA = 'pods "e-head" is forbidden: exceeded quota: no-pods, requested: pods=1, used: pods=0, limited: pods=0'
+
+
+def test_a_quota_that_refuses_the_head_waits_pending_saying_why_once():
+    d = decide(obs(replicas=1, quota_exceeded=QUOTA))
+    assert d.quota_wait and d.create_head is None and not d.create_workers and not d.ensure_children
+    assert d.status["phase"] == "Pending" and d.status["message"] == QUOTA
+    reconciling = cond(d.status, "Reconciling")
+    assert (reconciling["status"], reconciling["reason"], reconciling["message"]) == ("True", "QuotaExceeded", QUOTA)
+    assert [(e.type, e.reason, e.message) for e in d.events] == [("Warning", "QuotaExceeded", f"Pending: {QUOTA}")]
+
+    again = decide(obs(replicas=1, quota_exceeded=QUOTA, previous=d.status))
+    assert again.quota_wait and again.events == []  # still waiting: said once, not at every retry
+    assert again.status["conditions"] == d.status["conditions"]  # lastTransitionTime kept
+
+
+def test_a_quota_that_refuses_a_worker_keeps_a_running_experiment_running():
+    d = decide(obs(replicas=2, pods=(head(), worker(0)), quota_exceeded=QUOTA,
+                   previous={"phase": "Running", "attempt": 1}))
+    assert d.quota_wait and d.status["phase"] == "Running" and not d.delete_pods
+    assert cond(d.status, "Ready")["status"] == "False" and cond(d.status, "Reconciling")["reason"] == "QuotaExceeded"

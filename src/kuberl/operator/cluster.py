@@ -7,8 +7,10 @@ deleting what is gone are not errors. The client is synchronous; callers run it 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,8 @@ from kubernetes.client import ApiClient, ApiException
 from kuberl.api.types import GROUP, PLURAL, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
+EVENT_SOURCE = "kuberl-operator"
+MAX_EVENT_MESSAGE = 1024
 
 
 def load_api_client(pool_size: int = 16) -> ApiClient:
@@ -38,6 +42,10 @@ def load_api_client(pool_size: int = 16) -> ApiClient:
 
 class Rejected(Exception):
     """The API server refused to create a child for a reason no retry fixes (invalid, forbidden)."""
+
+
+class QuotaExceeded(Exception):
+    """A ResourceQuota forbids the child for now; the message is the API server's (it names the quota)."""
 
 
 # 403 for a quota is worth retrying (the quota frees up); other 403s, 400 and 422 are not.
@@ -126,7 +134,9 @@ class Cluster:
             if exc.status == 404 and kind == "PodGroup":  # the gang scheduler (its CRD) is not installed
                 raise Rejected(f"PodGroup {body['metadata']['name']!r}: the API {body['apiVersion']} is not "
                                "installed; install the gang scheduler or drop spec.scheduling.gang") from None
-            if exc.status in _REJECTED and "exceeded quota" not in message:
+            if exc.status == 403 and "exceeded quota" in message:
+                raise QuotaExceeded(message) from None
+            if exc.status in _REJECTED:
                 raise Rejected(f"{kind} {body['metadata']['name']!r} refused by the API server "
                                f"({exc.status}): {message}") from None
             raise
@@ -148,6 +158,23 @@ class Cluster:
                 return False
             raise
         return True
+
+    def post_event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event about the experiment `body`. Written here rather than by kopf.event(), which
+        needs the context of a Kopf handler: a pass that the poll loop starts would lose its events."""
+        meta = body["metadata"]
+        stamp = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "type": type_, "reason": reason, "message": message[:MAX_EVENT_MESSAGE],
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "source": {"component": EVENT_SOURCE}, "reportingComponent": EVENT_SOURCE,
+            "reportingInstance": socket.gethostname(),
+        }
+        self.core.create_namespaced_event(meta["namespace"], event, _preload_content=False)
 
     def patch_experiment_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(

@@ -33,6 +33,7 @@ class Experiment:
     trainer: TrainerStatus | None = None  # the trainer's progress last read
     next_poll: float | None = None  # time.monotonic() of the next poll; None: not polled
     failures: int = 0  # reconciles failed in a row
+    quota_waits: int = 0  # passes in a row that a ResourceQuota stopped (the poll backs off)
     queued: bool = False  # a reconcile waits for the lock; further triggers coalesce into it
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 

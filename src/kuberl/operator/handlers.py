@@ -21,18 +21,19 @@ from typing import Any
 
 import aiohttp
 import kopf
-from kopf._core.engines import posting as kopf_posting  # pinned Kopf (<1.46): see _remember_posting
+import urllib3
+from kubernetes.client import ApiException
 
 from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, VERSION
 from kuberl.operator import metrics
 from kuberl.operator.cluster import Cluster, load_api_client
-from kuberl.operator.experiments import Experiment, ExperimentQueue, Key
+from kuberl.operator.experiments import Experiment, ExperimentQueue, Key, retry_seconds
 from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
 from kuberl.operator.settings import Settings
 from kuberl.operator.stateless import NoDiffBase, NoProgress
-from kuberl.operator.status import TERMINAL_PHASES
+from kuberl.operator.status import TERMINAL_PHASES, Event
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
 SHORT_REQUEUE = 2.0
@@ -41,6 +42,7 @@ POLL_TICK = 0.5
 POLLED_PHASES = ("Starting", "Running")  # the phases in which the head's trainer serves its progress
 # Operators up to 0.1 used Kopf timers, which put this finalizer on every experiment.
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+LOGGER = logging.getLogger("kuberl.operator")
 
 
 @kopf.on.login()
@@ -60,7 +62,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.cluster = Cluster(load_api_client(pool_size=API_THREADS + CREATE_THREADS))
     memo.http = aiohttp.ClientSession()
     memo.experiments = ExperimentQueue(lambda record: _reconcile_passes(memo, record))
-    memo.posting = {}  # Kopf's event queue, for the poll loop's passes (see _remember_posting)
     memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
@@ -76,7 +77,6 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
                            logger: logging.Logger, **_: Any) -> None:
-    _remember_posting(memo)
     key = (namespace, name)
     meta = body.get("metadata", {})
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
@@ -131,8 +131,13 @@ async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
             record.ensured = body["metadata"].get("generation")
         record.phase = decision.status.get("phase", "Pending")
         metrics.publish_phases(memo.experiments.phases())
-        for event in decision.events:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+        if decision.events:
+            await asyncio.to_thread(_post_events, memo.cluster, body, decision.events)
+        if decision.quota_wait:  # nothing to do until the quota allows the pod: look again later and later
+            record.quota_waits += 1
+            record.next_poll = time.monotonic() + retry_seconds(record.quota_waits)
+            return
+        record.quota_waits = 0
         if decision.delete_pods and not (decision.create_head or decision.create_workers):
             continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
         if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
@@ -141,22 +146,20 @@ async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
         return
 
 
+def _post_events(cluster: Cluster, body: dict[str, Any], events: list[Event]) -> None:
+    """Post the decision's events through the API client, whichever path started the pass (a watch
+    event, a retry or the poll loop); one that cannot be written is logged, not retried."""
+    for event in events:
+        try:
+            cluster.post_event(body, event.type, event.reason, event.message)
+        except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:
+            LOGGER.warning("event %s for %s/%s not posted: %s", event.reason, body["metadata"].get("namespace"),
+                           body["metadata"].get("name"), exc)
+
+
 def _forget(memo: kopf.Memo, key: Key) -> None:
     memo.experiments.forget(key)
     metrics.publish_phases(memo.experiments.phases())
-
-
-def _remember_posting(memo: kopf.Memo) -> None:
-    """Kopf sets its event queue in context variables of each object's handler task only; the poll loop,
-    started at start-up, borrows them from the first handler so that its passes can post Events too."""
-    if not memo.posting:  # a container shared by the per-object memos (see the module doc)
-        memo.posting.update(loop=kopf_posting.event_queue_loop_var.get(), queue=kopf_posting.event_queue_var.get())
-
-
-def _restore_posting(memo: kopf.Memo) -> None:
-    if memo.posting:
-        kopf_posting.event_queue_loop_var.set(memo.posting["loop"])
-        kopf_posting.event_queue_var.set(memo.posting["queue"])
 
 
 async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
@@ -164,7 +167,6 @@ async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
     One loop for all experiments, each on its own schedule so that polls spread out."""
     while True:
         await asyncio.sleep(POLL_TICK)
-        _restore_posting(memo)
         due = memo.experiments.due_polls(time.monotonic(), memo.settings.status_poll_seconds)
         if due:
             await asyncio.gather(*(_poll(memo, record, logger) for record in due), return_exceptions=True)

@@ -40,7 +40,7 @@ from kuberl.operator.builders import (
 from kuberl.operator.builders.common import selector
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
 from kuberl.operator.builders.podgroup import Placement, build_pod_group, place_pod, placement_of
-from kuberl.operator.cluster import Cluster, Rejected
+from kuberl.operator.cluster import Cluster, QuotaExceeded, Rejected
 from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
     KUEUE_MUTABLE_FIELDS,
@@ -192,6 +192,9 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
         _apply(cluster, settings, body, resolved, running_spec, decision, placement, children_ready=children_ready)
     except Rejected as exc:  # fail fast with the API server's reason, instead of retrying forever
         decision = decide(dataclasses.replace(observation, create_rejected=str(exc)))
+        _apply(cluster, settings, body, resolved, running_spec, decision, placement, children_ready=True)
+    except QuotaExceeded as exc:  # wait, saying why, rather than retry at every poll in silence
+        decision = decide(dataclasses.replace(observation, quota_exceeded=str(exc)))
         _apply(cluster, settings, body, resolved, running_spec, decision, placement, children_ready=True)
     return PassResult(body, decision)
 

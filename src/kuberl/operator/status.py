@@ -38,6 +38,7 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
+QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota refused a pod (condition and event reason)
 # Under Kueue the pod group's size is fixed once queued (pod-group-total-count): a new size needs a new group.
 KUEUE_MUTABLE_FIELDS = tuple(f for f in MUTABLE_FIELDS if f != "workers.replicas")
 OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
@@ -78,6 +79,7 @@ class Observation:
     refused_changes: tuple[str, ...] = ()  # immutable fields changed while pods run
     missing_secret: str | None = None
     create_rejected: str | None = None  # the API server refused a child for good (400/403/422)
+    quota_exceeded: str | None = None  # a ResourceQuota refused a pod for now (the API server's message)
     pods: tuple[PodState, ...] = ()
     trainer: TrainerStatus | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
@@ -105,6 +107,7 @@ class Decision:
     ensure_children: bool = False  # ConfigMap, Service, Secret, NetworkPolicy
     use_running_spec: bool = False  # a refused change: build pods from what already runs
     requeue_after: float | None = None
+    quota_wait: bool = False  # a quota refused a pod: nothing was created, the caller backs off
 
     @property
     def acts(self) -> bool:
@@ -313,6 +316,20 @@ def _fail(decision: Decision, obs: Observation, reason: str, message: str, *, ke
     return _finish(decision, obs, "Failed", reason, message)
 
 
+def _wait_for_quota(decision: Decision, obs: Observation) -> Decision:
+    """A ResourceQuota refused a pod: create nothing, say why (a condition with the quota's message,
+    one Warning event when the wait begins) and let the caller back off; a later pass creates the pod
+    once the quota allows it."""
+    prev_phase = obs.previous.get("phase")
+    phase = prev_phase if prev_phase in ("Starting", "Running") else "Pending"
+    message = obs.quota_exceeded or ""
+    decision.quota_wait = True
+    already = any(c.get("reason") == QUOTA_EXCEEDED for c in obs.previous.get("conditions") or [])
+    if not already:
+        decision.events.append(Event("Warning", QUOTA_EXCEEDED, f"{phase}: {message}"))
+    return _finish(decision, obs, phase, QUOTA_EXCEEDED, message, announce=False)
+
+
 def _terminal(decision: Decision, obs: Observation) -> Decision:
     """A finished experiment stays finished; its pods go after ttlSecondsAfterFinished."""
     prev = obs.previous
@@ -367,6 +384,8 @@ def decide(obs: Observation) -> Decision:
         return _fail(decision, obs, "SecretNotFound", obs.missing_secret)
     if obs.create_rejected:
         return _fail(decision, obs, "CreateRejected", obs.create_rejected)
+    if obs.quota_exceeded:
+        return _wait_for_quota(decision, obs)
     for pod in obs.pods:
         if pod.waiting_reason in IMAGE_PULL_REASONS:
             return _fail(decision, obs, "ImagePullFailed",

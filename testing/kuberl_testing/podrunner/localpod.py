@@ -156,6 +156,25 @@ def _resource_field(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str
     return str(value) if value is not None else "0"
 
 
+def referenced_objects(pod: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """The names of the Secrets and ConfigMaps the pod's containers and volumes refer to."""
+    spec = pod.get("spec") or {}
+    secrets: set[str] = set()
+    maps: set[str] = set()
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for source in container.get("envFrom") or []:
+            secrets.update([source["secretRef"]["name"]] if source.get("secretRef") else [])
+            maps.update([source["configMapRef"]["name"]] if source.get("configMapRef") else [])
+        for var in container.get("env") or []:
+            value_from = var.get("valueFrom") or {}
+            secrets.update([value_from["secretKeyRef"]["name"]] if value_from.get("secretKeyRef") else [])
+            maps.update([value_from["configMapKeyRef"]["name"]] if value_from.get("configMapKeyRef") else [])
+    for volume in spec.get("volumes") or []:
+        secrets.update([volume["secret"]["secretName"]] if volume.get("secret") else [])
+        maps.update([volume["configMap"]["name"]] if volume.get("configMap") else [])
+    return secrets, maps
+
+
 # --- volumes ----------------------------------------------------------------------------------------------
 
 

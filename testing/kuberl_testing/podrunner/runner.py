@@ -50,6 +50,7 @@ class RunnerOptions:
     poll_seconds: float = 0.25
     max_grace_seconds: float = 10.0
     bin_dir: str = field(default_factory=lambda: os.path.dirname(sys.executable))
+    node_name: str | None = None            # a real API server's node: run only the pods bound to it
 
 
 @dataclass
@@ -162,10 +163,13 @@ class PodRunner:
 
     def step(self) -> None:
         """Observe pods and Services once; start, finish and stop pods accordingly."""
-        pods = self._list("list_pod_for_all_namespaces")
+        node = self.options.node_name
+        pods = self._list("list_pod_for_all_namespaces", **({"field_selector": f"spec.nodeName={node}"} if node else {}))
         services = self._list("list_service_for_all_namespaces")
         by_uid = {_uid(p): p for p in pods}
         with self._lock:
+            if node:
+                self._finish_unknown_deletions(pods)
             for pod in self._pods.values():
                 if pod.unwritten is not None and pod.uid in by_uid:
                     self._write_status(pod, pod.unwritten)
@@ -194,9 +198,27 @@ class PodRunner:
                 if now >= pod.next_try:
                     self._try_start(pod, body, pods, services)
 
-    def _list(self, method: str) -> list[dict[str, Any]]:
-        response = getattr(self._api, method)(_preload_content=False)
+    def _list(self, method: str, **selectors: str) -> list[dict[str, Any]]:
+        response = getattr(self._api, method)(_preload_content=False, **selectors)
         return json.loads(response.data).get("items") or []
+
+    def _finish_unknown_deletions(self, pods: list[dict[str, Any]]) -> None:
+        """A deleted pod bound to this node that never ran here (or ended before) has no process to
+        stop: confirm its deletion, as the kubelet does, or it stays Terminating."""
+        for body in pods:
+            meta = body["metadata"]
+            uid = _uid(body)
+            if meta.get("deletionTimestamp") and uid not in self._pods and uid not in self._being_stopped:
+                self._confirm_deletion(meta["name"], meta.get("namespace", "default"), uid)
+
+    def _confirm_deletion(self, name: str, namespace: str, uid: str) -> None:
+        try:
+            # the options go in the body only: with a body, the API server ignores the query's
+            self._api.delete_namespaced_pod(name, namespace, _preload_content=False,
+                                            body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone already, or a new pod of that name
+                raise
 
     # -- starting --
 
@@ -230,7 +252,7 @@ class PodRunner:
             raise PodSetupError("ErrImagePull", f'failed to pull image "{image}": not found')
         if not container.get("command"):
             raise PodSetupError("StandInUnsupported", "the stand-in needs container.command (it has no images)")
-        secrets, config_maps = self._namespace_data(pod.namespace)
+        secrets, config_maps = self._referenced_data(body)
         hosts = self._hosts(pod.namespace, pods, services)
         wanted = localpod.referenced_hosts(" ".join([*container.get("command", []), *container.get("args", []),
                                                      *(str(e.get("value", "")) for e in container.get("env") or [])]),
@@ -261,12 +283,27 @@ class PodRunner:
         pod.state, pod.started_at, pod.waiting = "running", pod_status.now(), None
         self._write_status(pod, pod_status.running_status(pod.container, pod.process.pid, pod.ip, pod.started_at))
 
-    def _namespace_data(self, namespace: str) -> tuple[dict[tuple[str, str], dict[str, str]],
-                                                       dict[tuple[str, str], dict[str, str]]]:
-        secrets = json.loads(self._api.list_namespaced_secret(namespace, _preload_content=False).data)["items"]
-        maps = json.loads(self._api.list_namespaced_config_map(namespace, _preload_content=False).data)["items"]
-        return ({(namespace, s["metadata"]["name"]): localpod.secret_values(s) for s in secrets},
-                {(namespace, m["metadata"]["name"]): dict(m.get("data") or {}) for m in maps})
+    def _referenced_data(self, body: dict[str, Any]) -> tuple[dict[tuple[str, str], dict[str, str]],
+                                                            dict[tuple[str, str], dict[str, str]]]:
+        """The Secrets and ConfigMaps the pod names, read one by one (a node may read only those of its
+        own pods, never list them); an absent one is left out, for `localpod` to report."""
+        namespace = body["metadata"].get("namespace", "default")
+        secret_names, map_names = localpod.referenced_objects(body)
+        secrets = {(namespace, name): localpod.secret_values(found) for name in secret_names
+                   if (found := self._read("read_namespaced_secret", name, namespace)) is not None}
+        maps = {(namespace, name): dict(found.get("data") or {}) for name in map_names
+                if (found := self._read("read_namespaced_config_map", name, namespace)) is not None}
+        return secrets, maps
+
+    def _read(self, method: str, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(getattr(self._api, method)(name, namespace, _preload_content=False).data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 403:  # the Node authorizer learns of a new pod's references a moment later
+                raise PodSetupError("ContainerCreating", f"not yet allowed to read {namespace}/{name}") from exc
+            raise
 
     def _service_names(self, namespace: str, services: list[dict[str, Any]]) -> list[str]:
         return [host for s in services for host in localpod.service_hostnames(
@@ -378,12 +415,7 @@ class PodRunner:
             if process is not None:
                 stop_process_tree(process, pod.marker, grace_seconds=grace)
             if body is not None:  # what the kubelet does once the containers are gone
-                try:
-                    self._api.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0,
-                                                    _preload_content=False)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
+                self._confirm_deletion(pod.name, pod.namespace, pod.uid)
             with self._lock:
                 self._release(pod)
                 self._being_stopped.pop(pod.uid, None)
