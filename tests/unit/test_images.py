@@ -93,15 +93,16 @@ def _runs(path: Path) -> list[str]:
     return [arg for keyword, arg in instructions(path) if keyword == "RUN"]
 
 
-@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator"), ("trainer.Dockerfile", "trainer"),
-                                             ("trainer-cuda.Dockerfile", "trainer")])
+@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator"),
+                                             ("trainer.Dockerfile", "trainer,mlflow"),
+                                             ("trainer-cuda.Dockerfile", "trainer,mlflow")])
 def test_images_install_like_the_makefile(name, extra):
     runs = _runs(IMAGES / name)
     (install,) = [r for r in runs if "-c constraints.txt" in r]
     assert f'".[{extra}]"' in install
     copies = " ".join(arg for keyword, arg in instructions(IMAGES / name) if keyword == "COPY")
     assert "constraints.txt" in copies and "pyproject.toml" in copies
-    if extra == "trainer":
+    if extra.startswith("trainer"):
         torch_arg = [arg for keyword, arg in instructions(IMAGES / name) if keyword == "ARG" and arg.startswith("TORCH=")]
         assert torch_arg == [f"TORCH={makefile_variable('TORCH')}"]
         torch_step = next(i for i, r in enumerate(runs) if '"${TORCH}"' in r)
