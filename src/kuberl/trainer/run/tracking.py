@@ -30,6 +30,7 @@ class RunTracking:
                  attempt: int, namespace: str | None) -> None:
         spec = experiment.spec
         self.store = store
+        self.background = background
         self.export_formats = list(spec.checkpoint.export)
         self.tensorboard = TensorBoardSink(store)
         self.exports = RunExports(store, self.export_formats, spec.checkpoint.keep, background)
@@ -85,4 +86,6 @@ class RunTracking:
             for fmt in formats:
                 save_policy(policy, example, fmt, directory / "policy" / f"policy{SUFFIXES[fmt]}", description)
 
-        self.mlflow.finish(MLFLOW_STATUS.get(result, "FAILED"), artifacts)
+        mlflow, status = self.mlflow, MLFLOW_STATUS.get(result, "FAILED")
+        # Through the run's background writer: after the sinks have been handed every result.
+        self.background.submit("MLflow final artifacts", lambda: mlflow.finish(status, artifacts))

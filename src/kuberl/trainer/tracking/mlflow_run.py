@@ -32,7 +32,7 @@ RUN_ID_KEY = "tracking/mlflow.json"
 HTTP_TIMEOUT_SECONDS = "10"
 MAX_PARAM_LENGTH = 6000
 MAX_QUEUED = 5000
-CLOSE_SECONDS = 15.0
+CLOSE_SECONDS = 60.0  # what is queued at the end may wait this long for a slow server
 # Errors no retry fixes: the server refuses us, or what we send.
 REFUSED = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 
@@ -83,6 +83,7 @@ class MLflowSink:
 
     def close(self) -> None:
         self._worker.close(timeout=CLOSE_SECONDS)
+        log.info("MLflow: %d calls in %.2fs", self.calls, self.call_seconds)
 
     def finish(self, status: str, artifacts: Callable[[Path], None] | None = None) -> None:
         """Log the run's last artifacts (written into a directory by `artifacts`) and end the MLflow run."""
