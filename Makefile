@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints.txt -e ".[trainer,mlflow,operator,dev]" -e ./testing
+	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,mlflow,operator,dev]" -e ./testing
 	touch $@
 
 install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools
@@ -47,7 +47,8 @@ e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plan
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
 
-crds: $(STAMP) ## regenerate crds/, the chart's CRD and docs/manifest.md from the API types
+crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRD and docs/manifest.md
+	$(BIN)/python -m kuberl.api.podtemplate
 	$(BIN)/python -m kuberl.api.crd
 	$(BIN)/python -m kuberl.api.reference
 
@@ -70,6 +71,17 @@ image_tag   = $(IMAGE_REPO)/kuberl-$(subst trainer-cuda,trainer,$(1)):$(IMAGE_TA
 images: ## build the operator and trainer images (needs a Docker engine; IMAGES= picks some)
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make images needs a running Docker engine" >&2; exit 1; }
 	$(foreach image,$(IMAGES),docker build -f images/$(image).Dockerfile -t $(call image_tag,$(image)) . &&) true
+
+# Podman without a Docker engine or a registry: images/build-local.sh makes a stand-in base if none
+# can be pulled (see docs/images.md). images-check runs the built images; it is not part of make test.
+LOCAL_IMAGES ?= operator trainer
+.PHONY: images-local images-check
+images-local: ## build the operator and CPU trainer images with podman (stand-in base when no registry answers)
+	images/build-local.sh $(foreach image,$(LOCAL_IMAGES),$(image)=$(call image_tag,$(image)))
+
+images-check: images-local $(STAMP) ## run the images-local images: operator --help read-only as non-root, CartPole training
+	OPERATOR_IMAGE=$(call image_tag,operator) TRAINER_IMAGE=$(call image_tag,trainer) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider --noconftest e2e/images/check_images.py
 
 RLLIB_VENV ?= .venv-rllib
 

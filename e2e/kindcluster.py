@@ -1,7 +1,7 @@
 """A real cluster (kind, set up by e2e/kind/run.sh): the operator from the chart, MinIO for S3.
 
 Settings come from the environment that e2e/kind/env.sh exports (E2E_NAMESPACE, E2E_STORAGE_URI,
-E2E_S3_ENDPOINT, E2E_S3_SECRET, E2E_TRAINER_IMAGE) and the kubeconfig from $KUBECONFIG. The test
+E2E_S3_ENDPOINT, E2E_S3_SECRET, E2E_TRAINER_IMAGE, E2E_KUEUE_QUEUE, E2E_KUEUE_CLUSTER_QUEUE) and the kubeconfig from $KUBECONFIG. The test
 process reaches MinIO through `kubectl port-forward`.
 """
 
@@ -37,6 +37,8 @@ class KindCluster:
         self.s3_secret = os.environ.get("E2E_S3_SECRET", "s3-credentials")
         self.trainer_image = os.environ.get("E2E_TRAINER_IMAGE", "kuberl.local/kuberl-trainer:e2e")
         self.unpullable_image = "kuberl.local/does-not-exist:e2e"  # in no registry the nodes can reach
+        self.kueue_queue = os.environ.get("E2E_KUEUE_QUEUE", "research")
+        self.kueue_cluster_queue = os.environ.get("E2E_KUEUE_CLUSTER_QUEUE", "kuberl-e2e")
         self.local_s3_endpoint = ""
         self._port_forward: subprocess.Popen | None = None
         self._core: k8s.CoreV1Api | None = None
@@ -93,6 +95,29 @@ class KindCluster:
                 return False
             raise
         return pod.status.phase == "Running"
+
+    def admit_queued(self, namespace: str, group: str) -> None:
+        """Let Kueue admit: the ClusterQueue (e2e/kind/kueue.sh) holds every workload until released here;
+        once the group's pods are ungated it holds again (Hold keeps what is already admitted)."""
+        custom = k8s.CustomObjectsApi()
+
+        def stop_policy(policy: str) -> None:
+            custom.patch_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues",
+                                               self.kueue_cluster_queue, {"spec": {"stopPolicy": policy}})
+
+        assert self._core is not None
+        stop_policy("None")
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                pods = self._core.list_namespaced_pod(namespace,
+                                                      label_selector=f"kueue.x-k8s.io/pod-group-name={group}").items
+                if pods and not any(p.spec.scheduling_gates for p in pods):
+                    return
+                time.sleep(1)
+            raise AssertionError(f"Kueue did not admit pod group {group} within 120 s")
+        finally:
+            stop_policy("Hold")
 
     def diagnostics(self, namespace: str, lines: int = 40) -> str:
         assert self._core is not None

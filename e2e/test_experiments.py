@@ -5,6 +5,8 @@ Written once against the Kubernetes API and S3; `cluster` is the local stand-in 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from experiments import RunFiles, tiny_ppo, unique_name
 
@@ -183,3 +185,33 @@ def test_suspend_deletes_the_pods_and_resume_continues_from_the_checkpoint(clust
     resumed = [c["iteration"] for c in files.checkpoints() if c["attempt"] > 1]
     assert resumed and min(resumed) > suspended_at
     assert _strictly_increasing([r["iteration"] for r in files.results()])
+
+
+def test_a_queued_experiment_waits_for_kueue_then_runs_to_success(cluster, experiments):
+    """Kueue admits the head and worker as one pod group: gated and Queued until admitted (on kind the
+    ClusterQueue holds until the scenario releases it; on the stand-in the scenario removes the gates)."""
+    name = unique_name("queued")
+    manifest = tiny_ppo(name, cluster)
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": cluster.kueue_queue}
+    experiments.apply(manifest)
+    status = experiments.wait_phase(name, "Queued", "Failed")
+    assert status["phase"] == "Queued", experiments.explain(name)
+    ready = experiments.condition(name, "Ready")
+    assert ready["reason"] == "Queued" and "Kueue" in ready["message"]
+    pods = experiments.wait(name, lambda: len(experiments.pods(name)) == 2 and experiments.pods(name),
+                            "the group's two pods")
+    group = f"{name}-a1"
+    for pod in pods:
+        assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == group
+        assert pod.metadata.annotations["kueue.x-k8s.io/pod-group-total-count"] == "2"
+        assert "kueue.x-k8s.io/admission" in [g.name for g in pod.spec.scheduling_gates or []]
+    time.sleep(5)  # held: nothing runs while the group waits
+    assert experiments.status(name)["phase"] == "Queued"
+    assert experiments.running_pod(name, "head") is None
+
+    cluster.admit_queued(cluster.namespace, group)
+    status = experiments.wait_phase(name, "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    assert status["attempt"] == 1
+    phases = [e.message.split(":")[0] for e in experiments.events(name) if e.reason in ("Queued", "Succeeded")]
+    assert "Queued" in phases and "Succeeded" in phases

@@ -16,3 +16,7 @@ export E2E_S3_ENDPOINT="${E2E_S3_ENDPOINT:-http://minio.$E2E_NAMESPACE.svc.clust
 export E2E_S3_SECRET="${E2E_S3_SECRET:-s3-credentials}"
 export E2E_TRAINER_IMAGE="$TRAINER_IMAGE"
 export E2E_LOG_DIR="${E2E_LOG_DIR:-$ROOT/e2e-logs}"
+# Kueue for the queued scenario (e2e/kind/kueue.sh): a pinned release, its queues.
+export KUEUE_VERSION="${KUEUE_VERSION:-v0.16.4}"
+export E2E_KUEUE_QUEUE="${E2E_KUEUE_QUEUE:-research}"
+export E2E_KUEUE_CLUSTER_QUEUE="${E2E_KUEUE_CLUSTER_QUEUE:-kuberl-e2e}"

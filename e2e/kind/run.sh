@@ -22,4 +22,5 @@ trap on_exit EXIT
 
 "$HERE/up.sh"
 "$HERE/install.sh"
+"$HERE/kueue.sh"
 make e2e E2E_CLUSTER=kind

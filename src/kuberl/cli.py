@@ -63,9 +63,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     experiment = _load(args)
     errors = []
     if not args.skip_env_checks:
-        from kuberl.trainer.run.checks import env_errors
+        from kuberl.trainer.run.checks import callbacks_errors, env_errors
+        from kuberl.trainer.run.memory_budget import replay_memory_errors_for
 
-        errors.extend(env_errors(experiment))
+        errors.extend(env_errors(experiment) + callbacks_errors(experiment))
+        if args.cluster and not errors:  # the replay against the pods' memory
+            errors.extend(replay_memory_errors_for(experiment, in_cluster=True))
     if args.cluster:
         errors.extend(cluster_errors(experiment))
     if errors:

@@ -134,6 +134,8 @@ class BadInput:
 
 
 C = BadInput
+_EVALUATION = {"evaluation": {"interval": 5}}  # a valid spec.evaluation the case changes one field of
+_MLFLOW = {"tracking": {"mlflow": {"uri": "http://mlflow.mlflow:5000"}}}  # a valid spec.tracking.mlflow
 _POD = [  # head and workers share the pod fields
     (MALFORMED, "cpu", "two", True),
     (WRONG_TYPE, "cpu", True, True),
@@ -153,6 +155,29 @@ _POD = [  # head and workers share the pod fields
     (UNKNOWN_FIELD, "tolerations[0].tolerationSecond", 5, True),
 ]
 
+_INIT = {"name": "fetch", "image": "busybox:1.37"}
+_TEMPLATE = [  # spec.<pod>.template: the upstream schema's fields stand for themselves; these are the refusals
+    (WRONG_TYPE, "template", "pod", True, "", None),
+    (UNKNOWN_FIELD, "template.spec.hostNetwork", True, True, "", None),
+    (UNKNOWN_FIELD, "template.spec.containers[0].image", "evil:latest", True, "", None),
+    (UNKNOWN_FIELD, "template.spec.containers[0].command", ["sh"], True, "", None),
+    (UNKNOWN_FIELD, "template.spec.volumes[0].hostPath", {"path": "/"}, True, "", None),
+    (WRONG_TYPE, "template.spec.containers[0].env", "FOO=1", True, "", None),
+    (OUT_OF_RANGE, "template.spec.initContainers[0].securityContext.privileged", True, True, "", _INIT),
+    (OUT_OF_RANGE, "template.spec.initContainers[0].securityContext.runAsUser", 0, True, "", _INIT),
+    (INCONSISTENT, "template.spec.containers[0].env[0]", {"name": "RAY_ADDRESS", "value": "x"}, False, ".name", None),
+    (INCONSISTENT, "template.spec.containers[0].resources.limits", {"cpu": "3"}, False, ".cpu", None),
+    (INCONSISTENT, "template.spec.volumes[0]", {"name": "tmp", "emptyDir": {}}, False, ".name", None),
+    (MALFORMED, "template.metadata.labels", {"kuberl.io/role": "x"}, False, ".kuberl.io/role", None),
+]
+
+
+def _template_case(pod: str, kind: str, path: str, value: Any, schema: bool, suffix: str,
+                   init: dict[str, Any] | None) -> BadInput:
+    base = {pod: {"template": {"spec": {"initContainers": [init]}}}} if init else {}
+    return C(f"{pod}.{path}", value, kind, schema, names=f"spec.{pod}.{path}{suffix}" if suffix else "", base=base)
+
+
 CASES: tuple[BadInput, ...] = (
     C("algorithm", DELETE, MISSING_REQUIRED, True),
     C("algorithm", "a3c", UNKNOWN_ENUM, True),
@@ -168,6 +193,14 @@ CASES: tuple[BadInput, ...] = (
     C("env.config", "render", WRONG_TYPE, True),
     C("env.config", {"gravity_typo": 1.0}, UNKNOWN_FIELD, False, ENV, names="spec.env.config"),
     C("env.config", nested(80), HOSTILE, False, note="80 levels of nesting"),
+    C("env.preprocessing", "deepmind", UNKNOWN_ENUM, True),
+    C("env.preprocessing", "atari", INCONSISTENT, False, ENV, note="atari preprocessing of a non-ALE env"),
+    C("env.wrappers[0].name", "ClipAction", MALFORMED, True, note="not an import path"),
+    C("env.wrappers[0].name", "gymnasium.wrappers.NoSuchWrapper", UNKNOWN_ENUM, False, ENV),
+    C("env.wrappers[0].kwargs", "none", WRONG_TYPE, True, base={"env": {"id": "CartPole-v1", "wrappers": [
+        {"name": "gymnasium.wrappers.TimeLimit"}]}}),
+    C("env.wrappers[0].kwargs", {"max_steps": 5}, UNKNOWN_FIELD, False, ENV, base={"env": {
+        "id": "CartPole-v1", "wrappers": [{"name": "gymnasium.wrappers.TimeLimit"}]}}, note="not the wrapper's keyword"),
     C("config", "fast", WRONG_TYPE, True),
     C("config.lrr", 0.1, UNKNOWN_FIELD, False),
     C("config.nStep", 3, INCONSISTENT, False, base={"algorithm": "ppo"}, note="a DQN parameter for PPO"),
@@ -178,6 +211,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.gamma", 1.5, OUT_OF_RANGE, False),
     C("config.hidden", [], OUT_OF_RANGE, False),
     C("config.hidden", [64, 10**9], HOSTILE, False, names="spec.config.hidden[1]"),
+    C("config.model", {"conv": [[32, 8]]}, OUT_OF_RANGE, False, names="spec.config.model.conv[0]"),
     C("config.activation", "gelu", UNKNOWN_ENUM, False),
     C("config.gradClip", 0, OUT_OF_RANGE, False),
     C("config.observationFilter", "zscore", UNKNOWN_ENUM, False),
@@ -212,6 +246,15 @@ CASES: tuple[BadInput, ...] = (
     C("config.prefetch", 65, OUT_OF_RANGE, False),
     C("config.maxReplayRatio", 0, OUT_OF_RANGE, False),
     C("config.minIterationSeconds", 3601, OUT_OF_RANGE, False),
+    C("config.rhoBar", 0, OUT_OF_RANGE, False),
+    C("config.cBar", -1, OUT_OF_RANGE, False),
+    C("config.pgRhoBar", "high", WRONG_TYPE, False),
+    C("config.bufferBatches", 0, OUT_OF_RANGE, False),
+    C("config.batchReuse", 101, OUT_OF_RANGE, False),
+    C("config.broadcastInterval", 0, OUT_OF_RANGE, False),
+    C("config.learnerQueueSize", 0, OUT_OF_RANGE, False),
+    C("config.requestsPerWorker", 17, OUT_OF_RANGE, False),
+    C("config.targetWorkerClipping", 0, OUT_OF_RANGE, False),
     C("rollouts", [2], WRONG_TYPE, True),
     C("rollouts.workers", -1, OUT_OF_RANGE, True),
     C("rollouts.workers", "many", WRONG_TYPE, True),
@@ -229,6 +272,8 @@ CASES: tuple[BadInput, ...] = (
     C("replay.prioritized", 1, WRONG_TYPE, True),
     C("learner.gpus", 0.5, WRONG_TYPE, True),
     C("learner.gpus", 17, OUT_OF_RANGE, True),
+    C("learner.gpus", 2, OUT_OF_RANGE, True, note="the learner is not data-parallel"),
+    C("learner.bf16", "yes", WRONG_TYPE, True),
     C("learner.gpus", 1, INCONSISTENT, False, CLUSTER, note="no pod has a GPU"),
     C("stop", {}, INCONSISTENT, False, note="no stop criterion"),
     C("stop.timesteps", 0, OUT_OF_RANGE, True),
@@ -241,6 +286,25 @@ CASES: tuple[BadInput, ...] = (
     C("stop.iterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.everyIterations", 0, OUT_OF_RANGE, True),
     C("checkpoint.keep", 1001, OUT_OF_RANGE, True),
+    C("checkpoint.keepBest", "yes", WRONG_TYPE, True),
+    C("checkpoint.keepBest", True, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("checkpoint.export", ["pdf"], UNKNOWN_ENUM, True),
+    C("checkpoint.export", "onnx", WRONG_TYPE, True),
+    C("tracking.mlflow.uri", "mlflow:5000", MALFORMED, True),
+    C("tracking.mlflow.uri", DELETE, MISSING_REQUIRED, True, base=_MLFLOW),
+    C("tracking.mlflow.experiment", "", OUT_OF_RANGE, True, base=_MLFLOW),
+    C("stop.evaluationReturnMean", "high", WRONG_TYPE, True),
+    C("stop.evaluationReturnMean", 100, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("evaluation", 10, WRONG_TYPE, True),
+    C("evaluation.interval", DELETE, MISSING_REQUIRED, True, base=_EVALUATION),
+    C("evaluation.interval", 0, OUT_OF_RANGE, True),
+    C("evaluation.episodes", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.workers", -1, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("evaluation.explore", "no", WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.envConfig", [1], WRONG_TYPE, True, base=_EVALUATION),
+    C("evaluation.video.everyEvaluations", 0, OUT_OF_RANGE, True, base=_EVALUATION),
+    C("callbacks", "mypkg.callbacks", MALFORMED, True, note="no :Class"),
+    C("callbacks", "no_such_pkg.hooks:Hooks", UNKNOWN_ENUM, False, ENV, note="no such module"),
     C("traces.enabled", "on?", WRONG_TYPE, True),
     C("traces.steps", [True], WRONG_TYPE, True),
     C("storage.uri", "gs://bucket/x", MALFORMED, True),
@@ -256,6 +320,9 @@ CASES: tuple[BadInput, ...] = (
     C("image", BIG_STRING, HOSTILE, True),
     C("image", "registry.example/trainer:1 --privileged", MALFORMED, True, note="whitespace in an image"),
     *(C(f"{pod}.{path}", value, kind, schema) for pod in ("head", "workers") for kind, path, value, schema in _POD),
+    *(_template_case(pod, *case) for pod in ("head", "workers") for case in _TEMPLATE),
+    C("scheduling.gang", "yes", WRONG_TYPE, True),
+    C("scheduling.schedulerName", "yunikorn", UNKNOWN_ENUM, True),
     C("workers.replicas", 1001, OUT_OF_RANGE, True),
     C("workers.replicas", "three", WRONG_TYPE, True),
     C("backoffLimit", 101, OUT_OF_RANGE, True),

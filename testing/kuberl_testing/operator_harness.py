@@ -9,11 +9,14 @@ kubelet would, wait for a condition). No mocks: every call goes over HTTP to the
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +27,35 @@ from kuberl.api.types import GROUP, PLURAL, VERSION
 from kuberl_testing.apiserver import EmulatorThread, write_kubeconfig
 
 T = TypeVar("T")
+_loopback = itertools.count(30)
+
+
+class TrainerStatusServer:
+    """A stand-in for the trainer's /status on its own loopback address (the head pod's IP) and `port`
+    (the operator's KUBERL_STATUS_PORT)."""
+
+    def __init__(self, body: dict[str, Any], port: int):
+        self.body = body
+        self.ip = f"127.0.0.{next(_loopback)}"
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                data = json.dumps(outer.body).encode()
+                self.send_response(200 if self.path == "/status" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((self.ip, port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def experiment_body(name: str, **spec: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from kuberl_testing import kueue
 from kuberl_testing.podrunner import (
     PodRunner,
     RunnerOptions,
@@ -38,7 +39,9 @@ BIN = Path(sys.executable).parent
 
 # What every pod of the stand-in gets on top of the operator's env: one torch thread per process
 # (two cores for everyone), and a Ray node that waits long enough on a loaded machine.
-POD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KUBERL_NODE_WAIT_SECONDS": "180"}
+POD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "KUBERL_NODE_WAIT_SECONDS": "180",
+           # The stand-in's "image" is this environment: pods import the code under test, as the operator does.
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
 
 
 class StandInCluster:
@@ -49,6 +52,7 @@ class StandInCluster:
     trainer_image = TRAINER_IMAGE
     unpullable_image = UNPULLABLE_IMAGE
     s3_secret = S3_SECRET
+    kueue_queue = "research"
 
     def __init__(self, work_dir: Path, status_port: int | None = None):
         self.work_dir = work_dir
@@ -88,6 +92,11 @@ class StandInCluster:
     def pod_has_process(self, namespace: str, name: str) -> bool:
         assert self.runner is not None
         return self.runner.has_processes(namespace, name)
+
+    def admit_queued(self, namespace: str, group: str) -> None:
+        """What Kueue does on admission: remove its scheduling gate from every pod of the group."""
+        admitted = kueue.admit(k8s.CoreV1Api(api_client_from_kubeconfig(str(self.kubeconfig))), namespace, group)
+        assert admitted, f"no pods in Kueue pod group {group}"
 
     def restart_operator(self) -> None:
         """Stop the operator (SIGTERM, as a rollout would) and start a new one."""
@@ -148,7 +157,8 @@ class StandInCluster:
     def _start_emulator(self) -> None:
         log = open(self.work_dir / "emulator.log", "wb")  # noqa: SIM115 (the child owns it)
         self._emulator = subprocess.Popen(
-            [sys.executable, "-m", "kuberl_testing.apiserver", "--port", "0", "--kubeconfig", str(self.kubeconfig)],
+            [sys.executable, "-m", "kuberl_testing.apiserver", "--port", "0", "--kubeconfig", str(self.kubeconfig),
+             "--kueue"],  # queued pods are gated as Kueue's webhook gates them
             stdout=subprocess.PIPE, stderr=log)
         assert self._emulator.stdout is not None
         url = self._emulator.stdout.readline().decode().strip()

@@ -33,7 +33,7 @@ def two_node_cluster(monkeypatch):
 def test_apex_trains_with_workers_spread_over_two_nodes(two_node_cluster) -> None:
     import ray
 
-    from kuberl.trainer.algorithms.apex import ApexDQNConfig
+    from kuberl.trainer.algorithms.apex import ApexDQNConfig, shard_stats
 
     nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
     assert sorted(nodes.values()) == ["127.0.0.3", "127.0.0.4"]
@@ -49,7 +49,7 @@ def test_apex_trains_with_workers_spread_over_two_nodes(two_node_cluster) -> Non
                 break
             result = algo.train()
         assert result["learner"]["updates"] > 0
-        assert all(stats["size"] > 0 for stats in result["replay"].values())
+        assert all(stats["size"] > 0 for stats in shard_stats(result).values())
         worker_nodes = {stats["node"] for stats in result["workers"].values()}
         assert worker_nodes == set(nodes)  # SPREAD: one rollout worker on each node
     finally:

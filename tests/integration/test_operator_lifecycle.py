@@ -7,52 +7,20 @@ would, and serve the trainer's /status from a small HTTP server on a loopback ad
 from __future__ import annotations
 
 import base64
-import itertools
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
 
 from kuberl_testing.fault_figures import report_figures
-from kuberl_testing.operator_harness import OperatorHarness, experiment_body, wait_for
+from kuberl_testing.operator_harness import OperatorHarness, TrainerStatusServer, experiment_body, wait_for
 from kuberl_testing.ports import free_port
 
 NAMESPACES = [f"life-{i}" for i in range(16)]
 _namespaces = iter(NAMESPACES)
-_loopback = itertools.count(30)
 
 
 STATUS_PORT = free_port()
-
-
-class TrainerStatusServer:
-    """A stand-in for the trainer's :8080/status on its own loopback address (the head pod's IP)."""
-
-    def __init__(self, body: dict):
-        self.body = body
-        self.ip = f"127.0.0.{next(_loopback)}"
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                data = json.dumps(outer.body).encode()
-                self.send_response(200 if self.path == "/status" else 404)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((self.ip, STATUS_PORT), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +70,8 @@ def test_apply_creates_every_child_with_owner_references(harness, ns):
 
 def test_running_reports_trainer_progress_and_ready(harness, ns):
     trainer = TrainerStatusServer({"phase": "Running", "attempt": 1, "iteration": 3, "timesteps": 300,
-                                   "episodeReturnMean": 42.5, "lastCheckpoint": None})
+                                   "episodeReturnMean": 42.5, "evaluationReturnMean": None, "lastCheckpoint": None},
+                                  STATUS_PORT)
     try:
         harness.apply(ns, experiment_body("run", workers={"replicas": 1}))
         wait_for(lambda: len(harness.pods(ns)) == 2)
@@ -112,9 +81,11 @@ def test_running_reports_trainer_progress_and_ready(harness, ns):
         status = harness.status(ns, "run")
         assert status["phase"] == "Running" and status["workers"] == 1
         assert status["iteration"] == 3 and status["timesteps"] == 300 and status["episodeReturnMean"] == 42.5
+        assert "evaluationReturnMean" not in status  # no evaluation yet
         assert harness.condition(ns, "run", "Reconciling")["status"] == "False"
-        trainer.body = {**trainer.body, "iteration": 9, "timesteps": 900}
+        trainer.body = {**trainer.body, "iteration": 9, "timesteps": 900, "evaluationReturnMean": 61.5}
         wait_for(lambda: harness.status(ns, "run").get("iteration") == 9, what="progress update")
+        assert harness.status(ns, "run")["evaluationReturnMean"] == 61.5  # copied from the trainer's /status
     finally:
         trainer.close()
 

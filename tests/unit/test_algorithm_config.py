@@ -7,6 +7,7 @@ import pytest
 from kuberl.api.validation import ManifestError
 from kuberl.trainer.algorithms.config import AlgorithmConfig, algorithm_config_for
 from kuberl.trainer.algorithms.ppo import PPO, PPOConfig
+from kuberl.trainer.run.callbacks import Callbacks
 
 
 def error_paths(config: AlgorithmConfig) -> dict[str, str]:
@@ -83,3 +84,47 @@ def test_from_manifest_builds_the_algorithm_of_the_yaml(tmp_path: Path) -> None:
 def test_the_base_class_alone_cannot_be_built() -> None:
     with pytest.raises(TypeError):
         AlgorithmConfig()
+
+
+class CountingCallbacks(Callbacks):
+    def __init__(self) -> None:
+        self.results: list[int] = []
+        self.episodes = 0
+
+    def on_train_result(self, *, algorithm, result) -> None:
+        self.results.append(result["iteration"])
+
+    def on_episode_end(self, *, algorithm, episode) -> None:
+        self.episodes += 1
+
+
+def test_a_callbacks_class_from_python_gets_the_hooks() -> None:
+    algo = (PPOConfig().environment("CartPole-v1").rollouts(envs_per_worker=2, fragment_length=32)
+            .debugging(seed=1).callbacks(CountingCallbacks).build())
+    try:
+        algo.train()
+        algo.train()
+    finally:
+        algo.stop()
+    assert isinstance(algo.callbacks, CountingCallbacks)
+    assert algo.callbacks.results == [1, 2] and algo.callbacks.episodes == algo.episodes > 0
+
+
+def test_evaluation_stopping_and_checkpointing_sections_reach_the_manifest() -> None:
+    config = (PPOConfig().environment("CartPole-v1")
+              .evaluation(interval=5, episodes=3, workers=1, env_config={"max_episode_steps": 50},
+                          video_every_evaluations=2)
+              .stopping(evaluation_return_mean=450.0).checkpointing(keep=2, keep_best=True))
+    spec = config.experiment.spec
+    assert spec.evaluation.interval == 5 and spec.evaluation.episodes == 3 and spec.evaluation.workers == 1
+    assert spec.evaluation.env_config == {"max_episode_steps": 50}
+    assert spec.evaluation.video.every_evaluations == 2
+    assert spec.stop.evaluation_return_mean == 450.0 and spec.checkpoint.keep_best and spec.checkpoint.keep == 2
+
+
+def test_spec_callbacks_that_do_not_import_are_named() -> None:
+    config = PPOConfig().environment("CartPole-v1")
+    config.document["spec"]["callbacks"] = "no_such_pkg.hooks:Hooks"
+    with pytest.raises(ManifestError) as caught:
+        config.validate()
+    assert [e.path for e in caught.value.errors] == ["spec.callbacks"]

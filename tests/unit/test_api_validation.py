@@ -178,3 +178,20 @@ def test_cluster_checks():
     assert errors[1] == "spec.storage.uri: required in a cluster (s3://bucket/prefix)"
     ok = load_manifest(with_spec(learner="{gpus: 1}", head="{gpus: 1}", storage="{uri: 's3://bucket/runs'}"))
     assert cluster_errors(ok) == []
+
+
+def test_more_than_one_learner_gpu_is_refused_naming_the_field():
+    (error,) = errors_of(with_spec(learner="{gpus: 2}", head="{gpus: 2}"))
+    assert error.startswith("spec.learner.gpus: is 2, but the learner trains on at most 1 GPU")
+
+
+def test_pixel_fields_validate_with_paths():
+    experiment = load_manifest(with_spec(learner="{gpus: 1, bf16: true}"),
+                               overrides=["config.model={conv: [[16, 8, 4]], hidden: [64]}"])
+    assert experiment.spec.learner.bf16 and experiment.spec.env.preprocessing == "none"
+    errors = errors_of(GOOD, overrides=["env.preprocessing=deepmind", "env.wrappers=[{name: ClipAction}]",
+                                        "config.model={conv: [[16, 8]], hidden: [64]}"])
+    assert any(e.startswith("spec.env.preprocessing: must be one of") for e in errors), errors
+    assert any(e.startswith("spec.env.wrappers[0].name: 'ClipAction' is not an import path") for e in errors)
+    errors = errors_of(GOOD, overrides=["config.model={conv: [[16, 8]], hidden: [64]}"])
+    assert errors == ["spec.config.model.conv[0]: must have at least 3 items"]

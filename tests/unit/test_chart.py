@@ -254,6 +254,29 @@ def test_namespaced_rbac_grants_roles_only_in_the_watched_namespaces(helm):
     assert "--namespace=research" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
 
 
+@pytest.mark.parametrize(("schedulers", "groups"), [
+    ([], set()),
+    (["volcano"], {"scheduling.volcano.sh"}),
+    (["scheduler-plugins"], {"scheduling.x-k8s.io"}),
+    (["volcano", "scheduler-plugins"], {"scheduling.volcano.sh", "scheduling.x-k8s.io"}),
+])
+def test_pod_group_rights_only_for_the_enabled_gang_schedulers(helm, schedulers, groups):
+    setting = ("--set", "rbac.gangSchedulers={" + ",".join(schedulers) + "}") if schedulers else ()
+    pod_groups = set().union(*(grants(g, ["podgroups"], ["get", "create", "patch"]) for g in groups))
+    cluster = render(helm, "--set", "rbac.aggregateToDefaultRoles=false", *setting)
+    (role,) = by_kind(cluster, "ClusterRole")
+    expected = OPERATOR_RULES | CRD_READ | grants("kopf.dev", ["clusterkopfpeerings"], ["list", "watch", "patch"])
+    assert rule_set(role["rules"]) == expected | pod_groups
+    namespaced = render(helm, *VALUE_SETS["namespaced"], "--set", "rbac.aggregateToDefaultRoles=false", *setting)
+    for ns_role in by_kind(namespaced, "Role"):
+        assert rule_set(ns_role["rules"]) == NAMESPACED_RULES | pod_groups
+
+
+def test_an_unknown_gang_scheduler_is_refused_by_the_values_schema(helm):
+    proc = run_helm(helm, "template", "kuberl", str(CHART), "--set", "rbac.gangSchedulers={yunikorn}")
+    assert proc.returncode != 0 and "gangSchedulers" in proc.stderr
+
+
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_no_wildcards_in_any_rbac_rule(helm, values):
     for doc in render(helm, *values):

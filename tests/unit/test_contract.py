@@ -34,7 +34,8 @@ def test_a_termination_log_reads_back_as_the_operator_sees_it(tmp_path, monkeypa
     state = pod_state(pod)
     assert state.exit_code == contract.EXIT_INVALID_SPEC == 2
     assert state.termination == {"result": "InvalidSpec", "reason": "StorageError", "message": "no such bucket",
-                                 "iteration": 3, "timesteps": 96, "episodeReturnMean": None, "lastCheckpoint": None}
+                                 "iteration": 3, "timesteps": 96, "episodeReturnMean": None,
+                                 "evaluationReturnMean": None, "lastCheckpoint": None}
     assert set(json.loads(path.read_text())) == set(contract.SUMMARY_KEYS)
 
 

@@ -62,7 +62,7 @@ def test_schema_is_structural():
 def test_schema_carries_the_constraints():
     spec = _schema()["properties"]["spec"]
     assert spec["required"] == ["algorithm", "env"]
-    assert spec["properties"]["algorithm"]["enum"] == ["ppo", "dqn", "apex-dqn"]
+    assert spec["properties"]["algorithm"]["enum"] == ["ppo", "dqn", "apex-dqn", "impala", "appo"]
     assert spec["properties"]["rollouts"]["properties"]["workers"]["minimum"] == 0
     assert spec["properties"]["learner"]["properties"]["gpus"]["type"] == "integer"
     assert "pattern" in spec["properties"]["head"]["properties"]["memory"]
@@ -71,7 +71,7 @@ def test_schema_carries_the_constraints():
     assert spec["properties"]["env"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"] is True
     status = _schema()["properties"]["status"]
     assert status["properties"]["phase"]["enum"] == [
-        "Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"
+        "Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"
     ]
 
 
@@ -116,3 +116,14 @@ def test_the_crd_schema_refuses_what_the_validator_refuses(patch, message):
     doc["spec"].update(patch)
     with pytest.raises(jsonschema.ValidationError, match=message):
         _crd_validate(doc)
+
+
+def test_the_status_keeps_the_evaluation_return_and_a_column_shows_it():
+    version = build_crd()["spec"]["versions"][0]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["evaluationReturnMean"]["type"] == "number"  # not pruned by the API server
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Eval"]["jsonPath"] == ".status.evaluationReturnMean" and columns["Eval"]["type"] == "number"
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["evaluation"]["required"] == ["interval"]
+    assert spec["callbacks"]["pattern"].startswith("^[A-Za-z_]")

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
-CLUSTER_READY = ["cartpole-apex.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml"]
+CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml",
+                 "pong-apex.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
+                 "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,23 @@ def test_apex_example_trains_on_a_gpu_that_a_pod_provides():
     assert spec.workers.replicas >= 1 and spec.rollouts.workers >= 2
 
 
+def test_pong_apex_example_has_a_gpu_learner_head_and_cpu_worker_pods():
+    spec = load_manifest((EXAMPLES / "pong-apex.yaml").read_text()).spec
+    assert spec.algorithm == "apex-dqn" and spec.env.id == "ALE/Pong-v5" and spec.env.preprocessing == "atari"
+    assert spec.learner.gpus == 1 and spec.head.gpus == 1 and spec.image.endswith("-cuda")
+    assert spec.workers.replicas >= 1 and spec.workers.gpus == 0 and spec.rollouts.workers >= spec.workers.replicas
+
+
+@pytest.mark.parametrize(("name", "observation_shape"), [("pong-apex.yaml", (4, 84, 84)),
+                                                         ("pong-ppo.yaml", (4, 84, 84)),
+                                                         ("halfcheetah-ppo.yaml", (17,))])
+def test_pixel_and_mujoco_examples_build_their_envs(name, observation_shape):
+    from kuberl.trainer.sampling.envs import EnvSettings, env_spaces
+
+    spec = load_manifest((EXAMPLES / name).read_text()).spec
+    assert env_spaces(EnvSettings.from_spec(spec.env)).observation_space.shape == observation_shape
+
+
 def test_pendulum_example_is_continuous_ppo():
     experiment = load_manifest((EXAMPLES / "pendulum-ppo.yaml").read_text())
     assert experiment.spec.algorithm == "ppo"
@@ -131,3 +150,39 @@ def test_custom_env_rejects_bad_config_and_actions(user_envs_on_path):
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action"):
         env.step(np.int64(2))
+
+
+def test_the_evaluated_example_evaluates_films_and_keeps_the_best():
+    spec = load_manifest((EXAMPLES / "cartpole-ppo-evaluated.yaml").read_text()).spec
+    assert spec.evaluation.workers >= 1 and not spec.evaluation.explore and spec.evaluation.video is not None
+    assert spec.checkpoint.keep_best and spec.stop.evaluation_return_mean == 500
+
+
+def test_platform_examples_build_kueue_gang_and_template_pods():
+    from kuberl.api.contract import DEFAULT_STATUS_PORT
+    from kuberl.operator.builders import Owner, build_head_pod, build_worker_pod, resolve_experiment
+    from kuberl.operator.builders.podgroup import build_pod_group, place_pod, placement_of
+    from kuberl.operator.settings import Settings
+    from kuberl_testing.schemas import validate_strict
+
+    owner = Owner("x", "research", "uid")
+    for name in ("cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"):
+        doc = yaml.safe_load((EXAMPLES / name).read_text())
+        experiment = resolve_experiment(load_manifest((EXAMPLES / name).read_text()), Settings(), "research")
+        placement = placement_of(doc["metadata"].get("labels"), experiment)
+        total = 1 + experiment.spec.workers.replicas
+        built = [build_head_pod(experiment, owner, 1, status_port=DEFAULT_STATUS_PORT),
+                 build_worker_pod(experiment, owner, 0, 1, status_port=DEFAULT_STATUS_PORT)]
+        pods = [place_pod(pod, placement, owner, attempt=1, total=total) for pod in built]
+        for pod in pods:
+            validate_strict(pod)
+        group = build_pod_group(experiment, owner, placement, pods[0], pods[1])
+        if name == "cartpole-gang.yaml":
+            validate_strict(group)
+            assert group["spec"]["minMember"] == 5
+        else:
+            assert group is None
+        if name == "cartpole-kueue.yaml":
+            assert pods[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
+        if name == "cartpole-template.yaml":
+            assert all(p["spec"]["imagePullSecrets"] == [{"name": "registry-creds"}] for p in pods)

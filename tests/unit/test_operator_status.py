@@ -61,7 +61,20 @@ def test_running_with_all_workers_is_ready_and_copies_trainer_progress():
     assert cond(d.status, "Reconciling")["status"] == "False"
     assert d.status["iteration"] == 7 and d.status["timesteps"] == 700
     assert d.status["lastCheckpoint"].endswith("000005")
+    assert "evaluationReturnMean" not in d.status  # no evaluation yet
     assert not d.acts
+
+
+def test_the_trainers_evaluation_return_reaches_the_status_while_running_and_at_the_end():
+    trainer = {"phase": "Running", "attempt": 1, "iteration": 8, "timesteps": 800, "episodeReturnMean": 30.0,
+               "evaluationReturnMean": 55.5}
+    d = decide(obs(replicas=0, pods=(head(),), trainer=trainer, previous={"phase": "Running", "attempt": 1}))
+    assert d.status["evaluationReturnMean"] == 55.5
+    summary = {"result": "Succeeded", "message": "done", "iteration": 9, "evaluationReturnMean": 61.25}
+    done = head(phase="Succeeded", exit_code=0, termination=summary)
+    d = decide(obs(replicas=0, pods=(done,), previous={"phase": "Running", "attempt": 1,
+                                                         "evaluationReturnMean": 55.5}))
+    assert d.status["phase"] == "Succeeded" and d.status["evaluationReturnMean"] == 61.25
 
 
 def test_running_waits_for_the_trainer_then_for_workers():

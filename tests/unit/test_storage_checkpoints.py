@@ -11,6 +11,7 @@ import pytest
 
 from kuberl.trainer.storage import StorageError
 from kuberl.trainer.storage.checkpoints import (
+    BEST,
     LATEST,
     CheckpointCorrupt,
     CheckpointWriter,
@@ -19,8 +20,10 @@ from kuberl.trainer.storage.checkpoints import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    read_best_pointer,
     read_checkpoint,
     restore_latest,
+    write_best,
     write_checkpoint,
 )
 from kuberl.trainer.storage.local import LocalStore
@@ -245,3 +248,42 @@ def test_new_checkpoints_during_an_outage_do_not_cut_the_backoff_short(tmp_path:
     store.failing.clear()
     assert writer.wait(timeout=10).iteration == 300  # the newest state is the one written
     writer.close()
+
+
+def test_best_is_never_deleted_by_retention_while_it_is_best(store: LocalStore) -> None:
+    for i in (1, 2):
+        write_checkpoint(store, i, state(i), timesteps=i)
+    write_best(store, 1, state(1), timesteps=1, score=50.0)  # already there: only the pointer is written
+    for i in (3, 4, 5):
+        write_checkpoint(store, i, state(i), timesteps=i)
+        apply_retention(store, keep=1)
+    assert [c.iteration for c in list_checkpoints(store)] == [1, 5]
+    assert read_best_pointer(store)["iteration"] == 1 and read_best_pointer(store)["evaluationReturnMean"] == 50.0
+    # A better one moves the pointer; the old best is an ordinary old checkpoint again.
+    write_best(store, 5, state(5), timesteps=5, score=80.0)
+    apply_retention(store, keep=1)
+    assert [c.iteration for c in list_checkpoints(store)] == [5]
+    assert json.loads(store.get_bytes(BEST))["checkpoint"] == "000005"
+
+
+def test_best_rewrites_a_checkpoint_retention_removed_without_moving_latest(store: LocalStore) -> None:
+    for i in (1, 2, 3):
+        write_checkpoint(store, i, state(i), timesteps=i)
+        apply_retention(store, keep=1)
+    assert [c.iteration for c in list_checkpoints(store)] == [3]
+    info = write_best(store, 2, state(2), timesteps=2, score=9.0)  # its evaluation finished late
+    assert info.iteration == 2 and read_checkpoint(store, info) == state(2)
+    assert json.loads(store.get_bytes(LATEST))["checkpoint"] == "000003"
+    assert latest_checkpoint(store).iteration == 3
+
+
+def test_the_writer_marks_the_newest_best_in_the_background(store: LocalStore) -> None:
+    writer = CheckpointWriter(store, keep=1)
+    for i in (1, 2, 3):
+        writer.submit(i, state(i), timesteps=i)
+        writer.wait(timeout=10)
+    writer.submit_best(1, state(1), timesteps=1, score=3.0)
+    writer.wait(timeout=10)
+    writer.close()
+    assert writer.best is not None and writer.best.iteration == 1
+    assert {c.iteration for c in list_checkpoints(store)} == {1, 3}

@@ -89,6 +89,16 @@ only created (names are deterministic; ownerReferences delete them), pods also l
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if has "volcano" .Values.rbac.gangSchedulers }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, create, patch]
+{{- end }}
+{{- if has "scheduler-plugins" .Values.rbac.gangSchedulers }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, create, patch]
+{{- end }}
 {{- if and .Values.operator.peering .Values.rbac.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -15,7 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kuberl.api.hyperparams import ApexDQNParams, CommonParams, DQNParams, PPOParams
+from kuberl.api.hyperparams import (
+    ApexDQNParams,
+    APPOParams,
+    CommonParams,
+    DQNParams,
+    IMPALAParams,
+    PPOParams,
+)
 
 Replay = Literal["none", "local", "shards"]  # none: on-policy; local: one buffer in the learner; shards: actors
 
@@ -43,6 +50,10 @@ REGISTRY: dict[str, AlgorithmEntry] = {
                        action_spaces=("Discrete",), observation_spaces=("Box",), replay="local"),
         AlgorithmEntry("apex-dqn", ApexDQNParams, "kuberl.trainer.algorithms.apex:ApexDQNConfig",
                        action_spaces=("Discrete",), observation_spaces=("Box",), replay="shards"),
+        AlgorithmEntry("impala", IMPALAParams, "kuberl.trainer.algorithms.impala:IMPALAConfig",
+                       action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
+        AlgorithmEntry("appo", APPOParams, "kuberl.trainer.algorithms.appo:APPOConfig",
+                       action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
     )
 }
 

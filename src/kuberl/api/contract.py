@@ -70,6 +70,7 @@ class Progress(TypedDict, total=False):
     iteration: int
     timesteps: int
     episodeReturnMean: float | None
+    evaluationReturnMean: float | None  # the latest evaluation's, with spec.evaluation
     lastCheckpoint: str | None
 
 

@@ -81,6 +81,7 @@ def build_crd() -> dict[str, Any]:
         ("Iteration", "integer", ".status.iteration", 0),
         ("Timesteps", "integer", ".status.timesteps", 0),
         ("Return", "number", ".status.episodeReturnMean", 0),
+        ("Eval", "number", ".status.evaluationReturnMean", 0),
         ("Age", "date", ".metadata.creationTimestamp", 0),
         ("Checkpoint", "string", ".status.lastCheckpoint", 1),
     ]

@@ -15,13 +15,31 @@ from kuberl.api.base import StrictModel
 
 # Units per hidden layer; the bound keeps a typo (1000000) from asking for terabytes of weights.
 LayerWidth = Annotated[int, Field(ge=1, le=4096)]
+# One conv layer: [output channels, kernel size, stride].
+ConvLayer = Annotated[list[Annotated[int, Field(ge=1, le=1024)]], Field(min_length=3, max_length=3)]
+NATURE_CONV: list[list[int]] = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
+
+
+class ModelParams(StrictModel):
+    """The encoder for image observations (uint8 Box [C, H, W] or [H, W, C], such as stacked frames)."""
+
+    conv: list[ConvLayer] = Field(
+        default_factory=lambda: [list(layer) for layer in NATURE_CONV], min_length=1, max_length=8,
+        description="Conv layers as [channels, kernel, stride], each followed by ReLU; default the Nature DQN stack.",
+    )
+    hidden: list[LayerWidth] = Field(
+        default_factory=lambda: [512], max_length=4, description="Dense ReLU layers after the conv stack."
+    )
 
 
 class CommonParams(StrictModel):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0)
     gamma: float = Field(0.99, ge=0, le=1.0)
-    hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8)
+    hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8,
+                                     description="MLP widths for vector observations.")
+    model: ModelParams = Field(default_factory=ModelParams,
+                               description="The conv encoder, chosen for image observations; vectors use hidden.")
     activation: Literal["tanh", "relu"] = "tanh"
     grad_clip: float | None = Field(0.5, gt=0)
     observation_filter: Literal["none", "mean_std"] = Field(
@@ -88,3 +106,41 @@ class ApexDQNParams(DQNParams):
     min_iteration_seconds: float = Field(
         1.0, gt=0, le=3600, description="Ape-X: wall time one train() iteration (one results line) covers."
     )
+
+
+class IMPALAParams(CommonParams):
+    lr: float = Field(1e-3, gt=0, le=1.0)
+    grad_clip: float | None = Field(
+        40.0, gt=0, description="Global-norm clip, applied to the policy's and the critic's gradients separately."
+    )
+    vf_coeff: float = Field(0.5, ge=0)
+    entropy_coeff: float = Field(0.01, ge=0)
+    rho_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the importance ratio in the value targets.")
+    c_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the trace-cutting coefficients c_i.")
+    pg_rho_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the ratio in the policy-gradient advantage.")
+    train_batch_size: int = Field(
+        512, ge=1, description="Env steps per learner update, rounded up to whole fragments of rollouts.fragmentLength."
+    )
+    buffer_batches: int = Field(1, ge=1, le=256, description="Train batches the learner keeps to learn from.")
+    batch_reuse: int = Field(1, ge=1, le=100, description="Updates each train batch is used for before it leaves.")
+    broadcast_interval: int = Field(1, ge=1, description="Learner updates between weight broadcasts to the workers.")
+    learner_queue_size: int = Field(
+        16, ge=1, le=1024, description="Fragments waiting for the learner; when full, workers get no new sample calls."
+    )
+    requests_per_worker: int = Field(
+        2, ge=1, le=16, description="Sample calls queued on each rollout worker, so it never waits between fragments."
+    )
+    min_iteration_seconds: float = Field(
+        1.0, gt=0, le=3600, description="Wall time one train() iteration (one results line) covers."
+    )
+
+
+class APPOParams(IMPALAParams):
+    lr: float = Field(1e-3, gt=0, le=1.0)
+    clip_param: float = Field(0.4, gt=0, description="PPO's surrogate clip of the ratio to the target policy.")
+    target_worker_clipping: float = Field(
+        2.0, gt=0, description="Clip of mu / pi_target, the behaviour-to-target part of the ratio (IMPACT)."
+    )
+    target_update_interval: int = Field(16, ge=1, description="Learner updates between target-policy syncs.")
+    buffer_batches: int = Field(4, ge=1, le=256, description="Train batches the learner keeps to learn from.")
+    batch_reuse: int = Field(2, ge=1, le=100, description="Updates each train batch is used for before it leaves.")

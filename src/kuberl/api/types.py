@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from kuberl.api.algorithms import ALGORITHM_NAMES
 from kuberl.api.base import StrictModel
+from kuberl.api.podtemplate import template_schema
 
 GROUP = "kuberl.io"
 VERSION = "v1alpha1"
@@ -26,7 +27,7 @@ SHORT_NAMES = ["rlx"]
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
 ExportFormat = Literal["onnx", "torchscript"]
 EXPORT_FORMATS: tuple[str, ...] = ExportFormat.__args__  # type: ignore[attr-defined]
-Phase = Literal["Pending", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
+Phase = Literal["Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
 # Kubernetes resource quantities ("500m", "2", "1.5", "4Gi", "512M").
@@ -41,6 +42,8 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                      r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 IMAGE_PATTERN = r"^\S+$"  # an image reference has no whitespace
+# "package.module:Class": dotted module, a colon, a class name.
+CLASS_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
@@ -53,9 +56,45 @@ MemoryQuantity = Annotated[
 ]
 
 
+WRAPPER_NAME_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(\.[A-Za-z_]\w*|:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$"
+
+
+class WrapperSpec(StrictModel):
+    name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": WRAPPER_NAME_PATTERN},
+                      description='A gymnasium.Wrapper: "gymnasium.wrappers.ClipAction" or "package.module:Class".')
+    kwargs: FreeForm = Field(default_factory=dict, description="Keyword arguments for the wrapper.")
+
+    @field_validator("name")
+    @classmethod
+    def _import_path(cls, name: str) -> str:
+        if not re.match(WRAPPER_NAME_PATTERN, name):
+            raise ValueError(f"{name[:64]!r} is not an import path: write gymnasium.wrappers.Name or "
+                             "package.module:Class")
+        return name
+
+
 class EnvSpec(StrictModel):
-    id: str = Field(min_length=1, max_length=253, description='A Gymnasium id ("CartPole-v1") or "package.module:Class".')
+    id: str = Field(
+        min_length=1, max_length=253,
+        description='A registered Gymnasium id ("CartPole-v1", "ALE/Pong-v5": the ALE namespace imports ale_py), '
+        'Gymnasium\'s "module:EnvId" form ("ale_py:ALE/Pong-v5": import the module, which registers the id), or a '
+        'class "package.module:Class". After a colon, a Python name (letters, digits, _ and dots) is a class; '
+        'anything with a "/" namespace or a "-vN" version is an env id.',
+    )
     config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
+    preprocessing: Literal["none", "atari"] = Field(
+        "none",
+        description="atari: the DeepMind preset on Gymnasium's wrappers for an ALE env (made with frameskip=1): "
+        "up to 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked frames (uint8 "
+        "observations of shape [4, 84, 84]), fire reset; for training also episodic life and rewards clipped to "
+        "[-1, 1]. The reported episode return is the unclipped score of the whole game. ALE v5's sticky actions "
+        "stay as Gymnasium sets them unless config says otherwise.",
+    )
+    wrappers: list[WrapperSpec] = Field(
+        default_factory=list, max_length=32,
+        description="Wrappers applied in order, after any preprocessing: a list of {name, kwargs}, name a "
+        "gymnasium.Wrapper as \"gymnasium.wrappers.ClipAction\" or \"package.module:Class\".",
+    )
 
 
 class RolloutsSpec(StrictModel):
@@ -71,7 +110,25 @@ class ReplaySpec(StrictModel):
 
 
 class LearnerSpec(StrictModel):
-    gpus: int = Field(0, ge=0, le=16, description="GPUs the learner uses; some pod must provide them.")
+    gpus: int = Field(
+        0, ge=0, json_schema_extra={"maximum": 1},
+        description="GPUs the learner trains on (0 or 1: the learner is not data-parallel); with 1 it trains on "
+        "CUDA and some pod must provide the GPU.",
+    )
+
+    bf16: bool = Field(
+        False,
+        description="With gpus: 1, run the learner's forward passes under bfloat16 autocast (weights and optimizer "
+        "stay float32). Off by default: measure it on your GPU first.",
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_gpu(cls, gpus: int) -> int:
+        if gpus > 1:
+            raise ValueError(f"is {gpus}, but the learner trains on at most 1 GPU (it is not data-parallel); "
+                             "set 1 and give rollout workers the other GPUs through spec.workers.gpus")
+        return gpus
 
 
 class StopSpec(StrictModel):
@@ -79,11 +136,18 @@ class StopSpec(StrictModel):
     episode_return_mean: float | None = Field(None, description="Stop once the 100-episode return mean reaches this.")
     time_seconds: int | None = Field(None, ge=1, description="Stop after this much training time.")
     iterations: int | None = Field(None, ge=1, description="Stop after this many training iterations.")
+    evaluation_return_mean: float | None = Field(
+        None, description="Stop once an evaluation's return mean reaches this (needs spec.evaluation)."
+    )
 
 
 class CheckpointSpec(StrictModel):
     every_iterations: int = Field(10, ge=1, description="Write a checkpoint every N iterations (and at the end).")
     keep: int = Field(5, ge=1, le=1000, description="Complete checkpoints kept; older ones are deleted.")
+    keep_best: bool = Field(
+        False, description="Keep the checkpoint with the best evaluation return apart from `keep` "
+        "(checkpoints/best names it; needs spec.evaluation).",
+    )
     export: list[ExportFormat] = Field(
         default_factory=list, max_length=2, json_schema_extra={"x-kubernetes-list-type": "set"},
         description="Export the greedy policy with every checkpoint into exports/ (onnx, torchscript): a file that "
@@ -112,6 +176,28 @@ class TrackingSpec(StrictModel):
         None, description="Log params, metrics, the final checkpoint and the exported policy to MLflow "
         "(needs the trainer's mlflow extra; never stops training when the server is away).",
     )
+
+
+class VideoSpec(StrictModel):
+    every_evaluations: int = Field(
+        1, ge=1, le=1_000_000,
+        description="Record one episode of the first evaluation and of every Mth after it (MP4 under videos/).",
+    )
+
+
+class EvaluationSpec(StrictModel):
+    interval: int = Field(ge=1, le=1_000_000, description="Evaluate every N training iterations (and at the end).")
+    episodes: int = Field(10, ge=1, le=100_000, description="Episodes per evaluation.")
+    workers: int = Field(
+        0, ge=0, le=1024,
+        description="Evaluation actors playing in parallel with training; 0 plays in the learner's process "
+        "(training waits).",
+    )
+    explore: bool = Field(False, description="False: the greedy policy; true: the exploring one.")
+    env_config: FreeForm = Field(
+        default_factory=dict, description="Merged over spec.env.config for the evaluation envs only."
+    )
+    video: VideoSpec | None = Field(None, description="Record evaluation episodes as MP4 videos.")
 
 
 class TracesSpec(StrictModel):
@@ -146,12 +232,18 @@ class Toleration(StrictModel):
     toleration_seconds: int | None = Field(None, ge=0)
 
 
+# A partial PodTemplateSpec; its schema is cut from the Kubernetes API (podtemplate.py), and
+# validation.py checks it with the field paths named (a pydantic error could only name the template).
+PodTemplate = Annotated[dict[str, Any], WithJsonSchema(template_schema())]
+
+
 class PodSpec(StrictModel):
     cpu: CpuQuantity = Field("2", description="CPU request and limit.")
     memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
     node_selector: dict[str, LabelValue] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    template: PodTemplate | None = Field(None, description=template_schema()["description"])
 
     @field_validator("node_selector")
     @classmethod
@@ -170,6 +262,13 @@ class WorkersSpec(PodSpec):
     memory: MemoryQuantity = Field("8Gi", description="Memory request and limit.")
 
 
+class SchedulingSpec(StrictModel):
+    gang: bool = Field(False, description="Schedule the head and workers all at once (the scheduler's PodGroup).")
+    scheduler_name: Literal["volcano", "scheduler-plugins"] = Field(
+        "volcano", description="volcano (scheduling.volcano.sh PodGroup) or scheduler-plugins "
+                               "(scheduling.x-k8s.io PodGroup, the coscheduling plugin).")
+
+
 class RLExperimentSpec(StrictModel):
     algorithm: Algorithm = Field(description=" | ".join(ALGORITHM_NAMES))
     env: EnvSpec
@@ -182,6 +281,12 @@ class RLExperimentSpec(StrictModel):
     traces: TracesSpec = Field(default_factory=TracesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    evaluation: EvaluationSpec | None = Field(None, description="Evaluation during training.")
+    callbacks: str | None = Field(
+        None, max_length=253, pattern=CLASS_PATH_PATTERN,
+        description='"package.module:Class": a subclass of kuberl.trainer.run.callbacks.Callbacks, '
+        "imported in the trainer.",
+    )
     image: str | None = Field(None, max_length=1024, pattern=IMAGE_PATTERN,
                               description="Trainer image; default from the operator's settings.")
     head: PodSpec = Field(default_factory=PodSpec)
@@ -193,7 +298,9 @@ class RLExperimentSpec(StrictModel):
         description="Delete the pods this long after Succeeded/Failed (the resource stays).",
     )
     service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
-    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                                           description="The pods' PriorityClass; also the gang PodGroup's.")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
 
 
 class Condition(StrictModel):
@@ -217,6 +324,7 @@ class RLExperimentStatus(StrictModel):
     iteration: int | None = None
     timesteps: int | None = None
     episode_return_mean: float | None = None
+    evaluation_return_mean: float | None = Field(None, description="Return mean of the latest evaluation.")
     last_checkpoint: str | None = None
     message: str | None = None
     start_time: str | None = None

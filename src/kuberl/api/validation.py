@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import CommonParams
+from kuberl.api.podtemplate import template_errors
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 
 MAX_MANIFEST_BYTES = 1_000_000
@@ -222,10 +223,16 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     if entry.replay == "shards" and spec.replay.shards < 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
     stop = spec.stop
-    if stop.timesteps is None and stop.episode_return_mean is None and stop.time_seconds is None and stop.iterations is None:
-        errors.append(
-            FieldError("spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations")
-        )
+    criteria = (stop.timesteps, stop.episode_return_mean, stop.time_seconds, stop.iterations, stop.evaluation_return_mean)
+    if all(value is None for value in criteria):
+        errors.append(FieldError(
+            "spec.stop", "set at least one of timesteps, episodeReturnMean, timeSeconds, iterations, evaluationReturnMean"
+        ))
+    if spec.evaluation is None:
+        if stop.evaluation_return_mean is not None:
+            errors.append(FieldError("spec.stop.evaluationReturnMean", "needs spec.evaluation"))
+        if spec.checkpoint.keep_best:
+            errors.append(FieldError("spec.checkpoint.keepBest", "needs spec.evaluation"))
     if entry.off_policy and spec.replay.capacity < spec.replay.shards:
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:
@@ -238,6 +245,23 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
                     f"must be <= the train batch ({batch} = envsPerWorker x fragmentLength x max(1, workers))",
                 )
             )
+    return errors
+
+
+MAIN_CONTAINERS = {"head": "head", "workers": "worker"}  # the container names pod.py gives
+
+
+def pod_template_errors(experiment: RLExperiment) -> list[FieldError]:
+    """spec.head.template and spec.workers.template: the allowed fields of the Kubernetes schema, and
+    nothing the operator owns or that would break the pods' security guarantees."""
+    spec = experiment.spec
+    storage_secret = spec.storage.secret_ref is not None
+    errors: list[FieldError] = []
+    for role, pod in (("head", spec.head), ("workers", spec.workers)):
+        if pod.template is not None:
+            errors += [FieldError(path, message) for path, message in
+                       template_errors(pod.template, f"spec.{role}.template", role, MAIN_CONTAINERS[role],
+                                       storage_secret=storage_secret)]
     return errors
 
 
@@ -299,7 +323,7 @@ def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperime
         experiment = RLExperiment.model_validate(body)
     except ValidationError as exc:
         raise ManifestError(_pydantic_errors(exc, RLExperiment, "")) from None
-    errors = cross_field_errors(experiment)
+    errors = cross_field_errors(experiment) + pod_template_errors(experiment)
     try:
         hyperparams_for(experiment)
     except ManifestError as exc:

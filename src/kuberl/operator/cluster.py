@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -54,6 +55,24 @@ def _json(response: Any) -> dict[str, Any]:
     return json.loads(response.data)
 
 
+POD_GROUPS = "podgroups"
+
+
+def _or_none(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+    """A read's object, or None when it does not exist."""
+    try:
+        return _json(read(*args, _preload_content=False))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
 class Cluster:
     def __init__(self, api: ApiClient):
         self.api = api
@@ -64,35 +83,28 @@ class Cluster:
     # -- reads --
 
     def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                                  _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
                                                    _preload_content=False))["items"]
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.core.read_namespaced_secret(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.core.read_namespaced_secret, name, namespace)
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return _or_none(self.core.read_namespaced_config_map, name, namespace)
+
+    def pod_group(self, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        group, version = _group_version(api_version)
+        return _or_none(self.custom.get_namespaced_custom_object, group, version, namespace, POD_GROUPS, name)
 
     # -- writes --
+
+    def patch_pod_group_spec(self, api_version: str, namespace: str, name: str, spec: dict[str, Any]) -> None:
+        group, version = _group_version(api_version)
+        self.custom.patch_namespaced_custom_object(group, version, namespace, POD_GROUPS, name, {"spec": spec},
+                                                   _content_type=MERGE_PATCH, _preload_content=False)
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create a child; False when it already exists (a repeated reconcile makes nothing twice)."""
@@ -103,6 +115,7 @@ class Cluster:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
             "NetworkPolicy": self.networking.create_namespaced_network_policy,
+            "PodGroup": self._create_pod_group,
         }
         try:
             creators[kind](namespace, body, _preload_content=False)
@@ -110,11 +123,18 @@ class Cluster:
             if exc.status == 409:
                 return False
             message = _api_message(exc)
+            if exc.status == 404 and kind == "PodGroup":  # the gang scheduler (its CRD) is not installed
+                raise Rejected(f"PodGroup {body['metadata']['name']!r}: the API {body['apiVersion']} is not "
+                               "installed; install the gang scheduler or drop spec.scheduling.gang") from None
             if exc.status in _REJECTED and "exceeded quota" not in message:
                 raise Rejected(f"{kind} {body['metadata']['name']!r} refused by the API server "
                                f"({exc.status}): {message}") from None
             raise
         return True
+
+    def _create_pod_group(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> Any:
+        group, version = _group_version(body["apiVersion"])
+        return self.custom.create_namespaced_custom_object(group, version, namespace, POD_GROUPS, body, **kwargs)
 
     def replace_config_map_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
         self.core.patch_namespaced_config_map(name, namespace, {"data": data}, _content_type=MERGE_PATCH,

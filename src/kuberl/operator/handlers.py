@@ -7,8 +7,8 @@ due. No Kopf change-detection handlers, so Kopf keeps no bookkeeping on the obje
 diff-base annotations, and no extra PATCH and watch event for each change.
 
 Shared state lives in Kopf's operator-level memo (set up at start-up; per-object memos are shallow
-copies that share it): the settings, the API client, and the experiments' records and their
-reconcile queue (`experiments.py`).
+copies that share it): the settings, the API client, the experiments' records and their
+reconcile queue (`experiments.py`), and Kopf's event queue borrowed for the poll loop.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+from kopf._core.engines import posting as kopf_posting  # pinned Kopf (<1.46): see _remember_posting
 
 from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, VERSION
@@ -59,6 +60,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     memo.cluster = Cluster(load_api_client(pool_size=API_THREADS + CREATE_THREADS))
     memo.http = aiohttp.ClientSession()
     memo.experiments = ExperimentQueue(lambda record: _reconcile_passes(memo, record))
+    memo.posting = {}  # Kopf's event queue, for the poll loop's passes (see _remember_posting)
     memo.poller = asyncio.create_task(_poll_loop(memo, logger), name="kuberl-poll")
     logger.info("kuberl operator settings: %s", memo.settings)
 
@@ -74,6 +76,7 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
                            logger: logging.Logger, **_: Any) -> None:
+    _remember_posting(memo)
     key = (namespace, name)
     meta = body.get("metadata", {})
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
@@ -143,11 +146,25 @@ def _forget(memo: kopf.Memo, key: Key) -> None:
     metrics.publish_phases(memo.experiments.phases())
 
 
+def _remember_posting(memo: kopf.Memo) -> None:
+    """Kopf sets its event queue in context variables of each object's handler task only; the poll loop,
+    started at start-up, borrows them from the first handler so that its passes can post Events too."""
+    if not memo.posting:  # a container shared by the per-object memos (see the module doc)
+        memo.posting.update(loop=kopf_posting.event_queue_loop_var.get(), queue=kopf_posting.event_queue_var.get())
+
+
+def _restore_posting(memo: kopf.Memo) -> None:
+    if memo.posting:
+        kopf_posting.event_queue_loop_var.set(memo.posting["loop"])
+        kopf_posting.event_queue_var.set(memo.posting["queue"])
+
+
 async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
     """Every status_poll_seconds, each experiment in turn: read the trainer's progress, reconcile.
     One loop for all experiments, each on its own schedule so that polls spread out."""
     while True:
         await asyncio.sleep(POLL_TICK)
+        _restore_posting(memo)
         due = memo.experiments.due_polls(time.monotonic(), memo.settings.status_poll_seconds)
         if due:
             await asyncio.gather(*(_poll(memo, record, logger) for record in due), return_exceptions=True)

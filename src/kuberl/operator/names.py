@@ -63,3 +63,13 @@ def token_secret_name(experiment: str) -> str:
 
 def network_policy_name(experiment: str) -> str:
     return f"{base_name(experiment)}-ray"
+
+
+def pod_group_name(experiment: str) -> str:
+    """The gang scheduler's PodGroup (one per experiment, resized on scale)."""
+    return f"{base_name(experiment)}-group"
+
+
+def kueue_group_name(experiment: str, attempt: int) -> str:
+    """The Kueue pod group of one attempt: a head restart forms a new group, admitted afresh."""
+    return f"{base_name(experiment)}-a{attempt}"

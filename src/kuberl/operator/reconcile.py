@@ -39,9 +39,12 @@ from kuberl.operator.builders import (
 )
 from kuberl.operator.builders.common import selector
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
+from kuberl.operator.builders.podgroup import Placement, build_pod_group, place_pod, placement_of
 from kuberl.operator.cluster import Cluster, Rejected
 from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
+    KUEUE_MUTABLE_FIELDS,
+    MUTABLE_FIELDS,
     TERMINAL_PHASES,
     Decision,
     Observation,
@@ -166,13 +169,19 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     check_running = resolved is not None and live_pods and not terminal and not children_ready
     running_spec = _running_spec(cluster, namespace, name) if check_running else None
     desired_spec = resolved.spec.to_manifest() if resolved else {}
+    placement = placement_of(meta.get("labels"), resolved) if resolved else Placement()
+    mutable = KUEUE_MUTABLE_FIELDS if placement.queue else MUTABLE_FIELDS
+    refused = refused_changes(running_spec, desired_spec, mutable)
+    replicas = resolved.spec.workers.replicas if resolved else 0
+    if refused and running_spec is not None:  # the pods keep running as they were, replicas too under Kueue
+        replicas = with_mutable_fields(running_spec, desired_spec, mutable).get("workers", {}).get("replicas", 0)
     observation = Observation(
-        generation=generation, now=now, previous=previous, spec_errors=errors,
-        replicas=resolved.spec.workers.replicas if resolved else 0,
+        generation=generation, now=now, previous=previous, spec_errors=errors, kueue=bool(placement.queue),
+        replicas=replicas,
         backoff_limit=resolved.spec.backoff_limit if resolved else 0,
         suspend=resolved.spec.suspend if resolved else False,
         ttl_seconds=resolved.spec.ttl_seconds_after_finished if resolved else None,
-        refused_changes=refused_changes(running_spec, desired_spec),
+        refused_changes=refused,
         missing_secret=_missing_secret(cluster, resolved, namespace) if resolved and not terminal else None,
         pods=tuple(pods), trainer=trainer,
         restarts=_int_annotation(meta, RESTARTS_ANNOTATION),
@@ -180,15 +189,29 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     )
     decision = decide(observation)
     try:
-        _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=children_ready)
+        _apply(cluster, settings, body, resolved, running_spec, decision, placement, children_ready=children_ready)
     except Rejected as exc:  # fail fast with the API server's reason, instead of retrying forever
         decision = decide(dataclasses.replace(observation, create_rejected=str(exc)))
-        _apply(cluster, settings, body, resolved, running_spec, decision, children_ready=True)
+        _apply(cluster, settings, body, resolved, running_spec, decision, placement, children_ready=True)
     return PassResult(body, decision)
 
 
+def ensure_pod_group(cluster: Cluster, experiment: RLExperiment, owner: Owner, placement: Placement,
+                     status_port: int) -> None:
+    """The gang scheduler's PodGroup: created before the pods, resized when the workers change."""
+    group = build_pod_group(experiment, owner, placement,
+                            build_head_pod(experiment, owner, 0, status_port=status_port),
+                            build_worker_pod(experiment, owner, 0, 0, status_port=status_port))
+    if group is not None and not cluster.create(group):
+        existing = cluster.pod_group(group["apiVersion"], owner.namespace, group["metadata"]["name"]) or {}
+        if existing.get("spec", {}) | group["spec"] != existing.get("spec"):
+            cluster.patch_pod_group_spec(group["apiVersion"], owner.namespace, group["metadata"]["name"],
+                                         group["spec"])
+
+
 def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved: RLExperiment | None,
-           running_spec: dict[str, Any] | None, decision: Decision, *, children_ready: bool) -> None:
+           running_spec: dict[str, Any] | None, decision: Decision, placement: Placement, *,
+           children_ready: bool) -> None:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     owner = owner_of(body)
@@ -204,14 +227,20 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
         if decision.use_running_spec and running_spec is not None:
             doc = {"apiVersion": resolved.api_version, "kind": resolved.kind,
                    "metadata": {"name": name, "namespace": namespace},
-                   "spec": with_mutable_fields(running_spec, resolved.spec.to_manifest())}
+                   "spec": with_mutable_fields(running_spec, resolved.spec.to_manifest(),
+                                               KUEUE_MUTABLE_FIELDS if placement.queue else MUTABLE_FIELDS)}
             effective = validate_document(doc, strict=False)
         if not children_ready or decision.create_head:
             ensure_children(cluster, effective, owner, settings, update_config=not decision.use_running_spec)
+            ensure_pod_group(cluster, effective, owner, placement, settings.status_port)
+        total = 1 + effective.spec.workers.replicas  # the Kueue pod group: head and workers of one attempt
         # The head before its workers: whatever a crash leaves, no worker ever exists without its head.
         if decision.create_head:
-            cluster.create(build_head_pod(effective, owner, decision.create_head, status_port=settings.status_port))
-        workers = [build_worker_pod(effective, owner, index, decision.worker_attempt, status_port=settings.status_port)
+            head = build_head_pod(effective, owner, decision.create_head, status_port=settings.status_port)
+            cluster.create(place_pod(head, placement, owner, attempt=decision.create_head, total=total))
+        workers = [place_pod(build_worker_pod(effective, owner, index, decision.worker_attempt,
+                                              status_port=settings.status_port),
+                             placement, owner, attempt=decision.worker_attempt, total=total)
                    for index in decision.create_workers]
         all_at_once([lambda body=body: cluster.create(body) for body in workers])
     status = dict(decision.status)

@@ -29,6 +29,7 @@ from kuberl.api.contract import (
     TerminationSummary,
     TrainerStatus,
 )
+from kuberl.operator.builders.podgroup import KUEUE_GATE
 
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
@@ -37,6 +38,8 @@ MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trai
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
 MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfterFinished")
+# Under Kueue the pod group's size is fixed once queued (pod-group-total-count): a new size needs a new group.
+KUEUE_MUTABLE_FIELDS = tuple(f for f in MUTABLE_FIELDS if f != "workers.replicas")
 OOM_KILLED = "OOMKilled"  # the kubelet's reason for a container killed at its memory limit
 MEMORY_SETTING = {HEAD_ROLE: "spec.head.memory", WORKER_ROLE: "spec.workers.memory"}
 
@@ -58,6 +61,8 @@ class PodState:
     ip: str | None = None
     termination_reason: str | None = None  # the kubelet's: Completed | Error | OOMKilled | ...
     memory_limit: str | None = None  # the container's resources.limits.memory
+    gated: bool = False  # Kueue's admission gate is on: the pod group waits in its queue
+    disruption: str | None = None  # the reason of a DisruptionTarget condition (preempted, evicted)
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Observation:
     trainer: TrainerStatus | None = None  # the head's /status JSON, when reachable
     restarts: int = 0  # head failures counted so far (annotation)
     failed_attempt: int = 0  # the highest attempt already counted as failed (annotation)
+    kueue: bool = False  # admitted by Kueue as a pod group (the experiment's queue-name label)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,9 @@ def pod_state(body: dict[str, Any]) -> PodState:
         attempt = 0
     containers = (body.get("spec") or {}).get("containers") or [{}]
     limits = (containers[0].get("resources") or {}).get("limits") or {}
+    gates = {g.get("name") for g in (body.get("spec") or {}).get("schedulingGates") or []}
+    disruption = next((c.get("reason") or "DisruptionTarget" for c in status.get("conditions") or []
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     return PodState(
         name=name, role=role, attempt=attempt, index=index,
         phase=status.get("phase") or "Pending",
@@ -149,6 +158,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
         image=containers[0].get("image", ""), ip=status.get("podIP"),
         termination_reason=terminated.get("reason"),
         memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
+        gated=KUEUE_GATE in gates, disruption=disruption,
     )
 
 
@@ -175,18 +185,20 @@ def changed_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -
     return [k for k in keys if running.get(k) != desired.get(k)]
 
 
-def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str, Any]) -> tuple[str, ...]:
-    """The changes a running experiment cannot take (all but MUTABLE_FIELDS)."""
+def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str, Any],
+                    mutable: tuple[str, ...] = MUTABLE_FIELDS) -> tuple[str, ...]:
+    """The changes a running experiment cannot take (all but the `mutable` fields)."""
     if running_spec is None:
         return ()
     fields = changed_fields(running_spec, desired_spec)
-    return tuple(f"spec.{f}" for f in fields if not any(f == m or f.startswith(m + ".") for m in MUTABLE_FIELDS))
+    return tuple(f"spec.{f}" for f in fields if not any(f == m or f.startswith(m + ".") for m in mutable))
 
 
-def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any]) -> dict[str, Any]:
+def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any],
+                        mutable: tuple[str, ...] = MUTABLE_FIELDS) -> dict[str, Any]:
     """The running spec with the mutable fields taken from the desired one (what a refused change keeps)."""
     result = json.loads(json.dumps(running_spec))
-    for path in MUTABLE_FIELDS:
+    for path in mutable:
         parts = path.split(".")
         source: Any = desired_spec
         for part in parts:
@@ -228,6 +240,7 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
     table = {
         # phase: (Ready, Succeeded, Reconciling, Stalled)
         "Pending": ("False", "Unknown", "True", "False"),
+        "Queued": ("False", "Unknown", "True", "False"),
         "Starting": ("False", "Unknown", "True", "False"),
         "Running": ("True" if ready else "False", "Unknown", "False" if ready else "True", "False"),
         "Suspended": ("False", "Unknown", "False", "False"),
@@ -240,6 +253,9 @@ def _conditions_for(phase: str, reason: str, message: str, ready: bool,
     if obs.refused_changes and phase not in TERMINAL_PHASES:
         message = (f"cannot change {', '.join(obs.refused_changes)} while the experiment runs; "
                    "suspend it first or create a new experiment")
+        if obs.kueue and "spec.workers.replicas" in obs.refused_changes:
+            message += (" (Kueue admits a pod group of a fixed size: suspend, change spec.workers.replicas "
+                        "and resume to queue a group of the new size)")
         conds = set_condition(conds, "Stalled", "True", "SpecChangeRefused", message, g, now)
     return conds
 
@@ -373,6 +389,9 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     prev_phase = obs.previous.get("phase")
     status = decision.status
 
+    preempted = next((p for p in obs.pods if p.role == HEAD_ROLE and p.attempt == attempt and p.disruption), None)
+    if preempted is not None and attempt > obs.failed_attempt:
+        return _head_preempted(decision, obs, attempt, preempted)
     if head is None:
         if any(p.role == HEAD_ROLE for p in obs.pods):  # the old head is still going away
             decision.requeue_after = 1.0
@@ -423,6 +442,9 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     if oom:  # says why a worker is gone until the next pass; the Warning event stays
         phase = "Running" if prev_phase == "Running" else "Pending"
         return _finish(decision, obs, phase, OOM_KILLED, f"attempt {attempt}: " + "; ".join(oom))
+    if head.phase == "Pending" and any(p.gated for p in obs.pods if not p.deleting and p.attempt == attempt):
+        return _finish(decision, obs, "Queued", "Queued",
+                       f"attempt {attempt}: the pod group waits for admission by Kueue ({KUEUE_GATE} gate)")
     if head.phase != "Running":
         return _finish(decision, obs, "Pending", "PodsPending",
                        _with_failure(f"attempt {attempt}: head pod {head.phase}", obs, attempt))
@@ -472,6 +494,20 @@ def _head_failed(decision: Decision, obs: Observation, attempt: int, why: str,
     # A named reason has said it in its Warning event: no second event for the phase change.
     return _finish(decision, obs, "Starting", reason or "Restarting", f"attempt {attempt} failed: {why}",
                    announce=reason is None)
+
+
+def _head_preempted(decision: Decision, obs: Observation, attempt: int, head: PodState) -> Decision:
+    """The cluster took the head away (Kueue preemption, eviction, a node drain: a DisruptionTarget
+    condition): the attempt closes without counting against backoffLimit and the next one resumes from
+    the last checkpoint."""
+    decision.failed_attempt = attempt
+    decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
+    decision.requeue_after = 0.5
+    decision.status["workers"] = 0
+    message = (f"attempt {attempt} preempted ({head.disruption}); the next attempt resumes from the last "
+               "checkpoint, not counted against backoffLimit")
+    decision.events.append(Event("Warning", "Preempted", message))
+    return _finish(decision, obs, "Pending", "Preempted", message, announce=False)
 
 
 def _workers_actions(decision: Decision, obs: Observation, attempt: int) -> list[str]:

@@ -9,8 +9,10 @@ operator needs: CRDs (registered directly or by creating CustomResourceDefinitio
 status and scale subresources, generation, label and field selectors, merge/JSON/strategic
 patches, PUT, finalizers and ownerReference garbage collection.
 
-Not emulated: schema validation of custom resources, admission, RBAC, graceful pod termination
-(pods are deleted at once; there is no kubelet). Everything listens on 127.0.0.1 only.
+Admission: mutating hooks registered with `add_admission()` change objects on create, as a webhook
+would (the Kueue stand-in in kuberl_testing.kueue gates queued pods). Not emulated: schema validation of
+custom resources, validating admission, RBAC, graceful pod termination (pods are deleted at once;
+there is no kubelet). Everything listens on 127.0.0.1 only.
 
 One job per module:
   errors      ApiError, the metav1.Status failure
@@ -19,7 +21,8 @@ One job per module:
   resources   resource types (built-in, from CRDs) and how a URL names one
   scale       the scale subresource
   history     the resourceVersion counter and the event log WATCH replays
-  store       object semantics: create, patch, replace, delete, finalizers, garbage collection
+  store       object semantics: create (with admission hooks), patch, replace, delete, finalizers,
+              garbage collection
   faults      fault injection
   emulator    KubeApiEmulator: HTTP dispatch and WATCH streaming over the store
   kubeconfig  a kubeconfig pointing at the emulator

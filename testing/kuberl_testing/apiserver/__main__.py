@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 
 from kuberl_testing.apiserver.kubeconfig import write_kubeconfig
 from kuberl_testing.apiserver.serving import serve_emulator
@@ -16,10 +17,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the emulator")
     parser.add_argument("--no-kuberl-crd", action="store_true", help="do not pre-register the RLExperiment CRD")
+    parser.add_argument("--kueue", action="store_true",
+                        help="gate queued pods as Kueue's webhook does (kuberl_testing.kueue)")
     args = parser.parse_args(argv)
 
     async def serve() -> None:
-        async with serve_emulator(args.port, with_kuberl_crd=not args.no_kuberl_crd) as (_, url):
+        async with serve_emulator(args.port, with_kuberl_crd=not args.no_kuberl_crd) as (emulator, url):
+            if args.kueue:  # the gate and label, not the finalizer: no Kueue controller would remove it
+                from kuberl_testing.kueue import kueue_webhook
+
+                emulator.add_admission(functools.partial(kueue_webhook, finalizer=False))
             if args.kubeconfig:
                 write_kubeconfig(args.kubeconfig, url)
             print(url, flush=True)

@@ -25,7 +25,7 @@ from kuberl_testing.apiserver.resources import (
     types_of_crd,
 )
 from kuberl_testing.apiserver.selectors import object_matches
-from kuberl_testing.apiserver.store import ObjectStore
+from kuberl_testing.apiserver.store import AdmissionHook, ObjectStore
 
 STATS_PATH = "/_emulator/requests"
 
@@ -55,6 +55,10 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             kind=rtype.kind, namespaced=rtype.namespaced, singular=rtype.kind.lower(),
             verbs=VERBS, subresources=subresources,
         )
+
+    def add_admission(self, hook: AdmissionHook) -> None:
+        """A mutating admission hook: hook(group, plural, object) may change an object being created."""
+        self._store.admission.append(hook)
 
     def register_crd(self, crd: dict[str, Any]) -> None:
         for rtype in types_of_crd(crd):

@@ -27,6 +27,7 @@ MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merg
                      "application/apply-patch+yaml", "application/json")
 
 Key = tuple[str, str, str, str]  # (group, plural, namespace or "", name)
+AdmissionHook = Callable[[str, str, dict[str, Any]], None]
 
 
 def _now() -> str:
@@ -74,10 +75,13 @@ class ObjectStore:
     """The objects of every registered resource type and the rules for changing them.
 
     `on_crd` is called with each CustomResourceDefinition created, so that its kind gets served.
+    `admission` holds mutating admission hooks: hook(group, plural, object) may change an object being
+    created, as a mutating webhook would.
     """
 
     def __init__(self, on_crd: Callable[[dict[str, Any]], None]) -> None:
         self.types: dict[tuple[str, str], ResourceType] = {}
+        self.admission: list[AdmissionHook] = []
         self.index = ObjectIndex()
         self.log = EventLog()
         self._on_crd = on_crd
@@ -133,6 +137,8 @@ class ObjectStore:
         if key in self.index:
             raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{name}" already exists')
         obj.update(apiVersion=rtype.api_version, kind=rtype.kind)
+        for hook in self.admission:
+            hook(rtype.group, rtype.plural, obj)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         for transient in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(transient, None)

@@ -181,6 +181,8 @@ class PodRunner:
                 pod = self._pods.get(uid)
                 if body["metadata"].get("deletionTimestamp") or (pod is not None and pod.state != "waiting"):
                     continue
+                if (body.get("spec") or {}).get("schedulingGates"):
+                    continue  # not schedulable until its gates are removed (Kueue's admission, say)
                 if pod is None:
                     if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
                         continue

@@ -24,6 +24,7 @@ from kuberl.operator.builders.common import Owner, metadata
 from kuberl.operator.builders.configmap import EXPERIMENT_FILE
 from kuberl.operator.builders.secret import TOKEN_KEY
 from kuberl.operator.builders.service import CLIENT_PORT, DASHBOARD_PORT, GCS_PORT, head_ports
+from kuberl.operator.builders.template import apply_template
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_DIR = "/etc/kuberl"
@@ -166,13 +167,14 @@ def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int, *, stat
     config = {"name": "config", "configMap": {"name": names.config_map_name(owner.name)}}
     pod_spec = _pod_spec(experiment, spec.head, container, [config])
     pod_spec["terminationGracePeriodSeconds"] = HEAD_GRACE_SECONDS
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata(owner, names.head_name(owner.name), role=HEAD_ROLE,
                              annotations={ATTEMPT_ANNOTATION: str(attempt)}),
         "spec": pod_spec,
     }
+    return apply_template(pod, spec.head.template)  # the user's spec.head.template, checked in validation
 
 
 def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt: int, *,
@@ -188,10 +190,11 @@ def build_worker_pod(experiment: RLExperiment, owner: Owner, index: int, attempt
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": list(_MOUNTS),
     }
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata(owner, names.worker_name(owner.name, index), role=WORKER_ROLE,
                              annotations={ATTEMPT_ANNOTATION: str(attempt)}),
         "spec": _pod_spec(experiment, spec.workers, container, []),
     }
+    return apply_template(pod, spec.workers.template)  # the user's spec.workers.template

@@ -3,7 +3,9 @@ never wait for each other.
 
 - Rollout workers (Ray actors, spread over nodes) each explore with their own epsilon
   eps_i = base ** (1 + exponent * i / (N - 1)), compute n-step transitions and their initial
-  priorities from their own TD errors, and add them straight to a replay shard (round robin).
+  priorities from their own TD errors, and add them straight to a replay shard (round robin), in
+  the compact form shards store (`kuberl.trainer.replay.frames`: each frame once, uint8 images
+  stay uint8).
   Between fragments they ask the learner for newer weights without waiting for the answer.
   (`kuberl.trainer.distributed.apex_worker`)
 - Replay shards (`kuberl.trainer.replay.shard`) hold the prioritized replay memory.
@@ -35,10 +37,12 @@ from kuberl.trainer.distributed.apex_learner import SHARD_STATS_TIMEOUT_S, ApexL
 from kuberl.trainer.distributed.apex_worker import ApexRolloutWorker
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import build_q_network
-from kuberl.trainer.models.weights import load_weights
+from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
+from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition, replay_bytes
 from kuberl.trainer.replay.shard import start_replay_shard
 from kuberl.trainer.sampling.policies import QPolicyFactory
 
@@ -52,6 +56,11 @@ def apex_epsilons(workers: int, base: float = 0.4, exponent: float = 7.0) -> lis
     if workers == 1:
         return [base]
     return [base ** (1 + exponent * i / (workers - 1)) for i in range(workers)]
+
+
+def shard_stats(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The per-shard entries of a result's `replay` (beside them: bytesPerTransition, wireBytesPerTransition)."""
+    return {name: stats for name, stats in result["replay"].items() if name.startswith("shard_")}
 
 
 class ApexDQNConfig(AlgorithmConfig):
@@ -75,12 +84,17 @@ class ApexDQN(Algorithm):
         p, spec = self.params, self.spec
         self.num_workers = max(1, spec.rollouts.workers)  # Ape-X always samples in actors
         self.epsilons = apex_epsilons(self.num_workers, p.worker_epsilon_base, p.worker_epsilon_exponent)
+        self.layout = FrameLayout.of(self.observation_space, self.frame_stack, p.observation_filter)
+        fragment = spec.rollouts.fragment_length
         self.shard_options = {
             "prioritized": spec.replay.prioritized, "alpha": p.priority_alpha, "beta": p.priority_beta,
-            "eps": p.priority_eps, "seed": p.seed,
+            "eps": p.priority_eps, "seed": p.seed, "frames_per_transition": frames_per_transition(self.layout, fragment),
         }
         self.shard_capacities = split_capacity(spec.replay.capacity, spec.replay.shards)
-        self.shards = [start_replay_shard(i, c, **self.shard_options) for i, c in enumerate(self.shard_capacities)]
+        self.shard_bytes = replay_bytes(self.layout, fragment, self.shard_capacities, prioritized=spec.replay.prioritized)
+        self.shards = [self._start_shard(i) for i in range(len(self.shard_capacities))]
+        self.sent_bytes = 0  # what the workers sent to the shards, and how many transitions that was
+        self.sent_transitions = 0
         self.learner = self._start_learner()
         ray.get(self.learner.start.remote())
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
@@ -122,7 +136,12 @@ class ApexDQN(Algorithm):
         return actor.remote(
             self.worker_config(), self.policy_factory, position + 1, self.epsilons[position],
             gamma=self.params.gamma, n_step=self.params.n_step, learner=self.learner,
+            stack_depth=self.layout.stack_depth,
         )
+
+    def _start_shard(self, index: int) -> Any:
+        return start_replay_shard(index, self.shard_capacities[index], memory_bytes=self.shard_bytes[index],
+                                  **self.shard_options)
 
     # -- supervision ---------------------------------------------------------------------------------
     def _replace_worker(self, position: int) -> None:
@@ -139,7 +158,7 @@ class ApexDQN(Algorithm):
 
         with contextlib.suppress(Exception):  # it is already gone
             ray.kill(self.shards[index], no_restart=True)
-        self.shards[index] = start_replay_shard(index, self.shard_capacities[index], **self.shard_options)
+        self.shards[index] = self._start_shard(index)
         ray.get(self.learner.set_shard.remote(index, self.shards[index]))
         self.shard_restarts += 1
         log.warning("replay shard %d died; replaced it with an empty one (%d so far)", index, self.shard_restarts)
@@ -189,6 +208,8 @@ class ApexDQN(Algorithm):
                     self._replace_worker(position)
                     continue
                 env_steps += report["envSteps"]
+                self.sent_bytes += report["sentBytes"]
+                self.sent_transitions += report["sentTransitions"]
                 self.obs_filter.apply_delta(report["filterDelta"])
                 self.record_episodes(report["episodes"])
                 self.worker_nodes[report["worker"]] = report["node"]
@@ -213,6 +234,10 @@ class ApexDQN(Algorithm):
             }
             for index, stats in sorted(per_worker.items())
         }
+        filled = [stats for stats in replay.values() if stats.get("adds")]  # the first add allocates a shard
+        replay["bytesPerTransition"] = (sum(s["bytes"] for s in filled) / sum(s["capacity"] for s in filled)
+                                        if filled else None)
+        replay["wireBytesPerTransition"] = self.sent_bytes / self.sent_transitions if self.sent_transitions else None
         return {
             "envSteps": env_steps,
             "learner": learner,
@@ -245,6 +270,10 @@ class ApexDQN(Algorithm):
     def worker_weights(self) -> Any:
         return None  # workers fetch weights from the learner themselves
 
+    def evaluation_policy(self) -> tuple[QPolicyFactory, dict[str, np.ndarray]]:
+        self._refresh_local_network()
+        return self.policy_factory, state_dict_to_numpy(self._local_network)
+
     def _refresh_local_network(self) -> None:
         import ray
 
@@ -258,7 +287,7 @@ class ApexDQN(Algorithm):
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         self._refresh_local_network()
         with torch.no_grad():
-            q = self._local_network(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            q = self._local_network(obs_tensor(obs)).numpy()
         actions = q.argmax(axis=1)
         if explore:
             random = self.np_random.random(len(actions)) < self.epsilons[-1]

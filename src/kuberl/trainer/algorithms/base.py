@@ -13,16 +13,18 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
-from kuberl.trainer.sampling.envs import env_spaces, make_env
+from kuberl.trainer.sampling.envs import EnvSettings, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig
+from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
@@ -53,7 +55,7 @@ class Algorithm:
         self.experiment: RLExperiment = config.experiment
         self.spec = self.experiment.spec
         self.params: CommonParams = config.params
-        self.callbacks = config.callbacks_hooks
+        self.callbacks = config.build_callbacks()
         self.episode_sink: Callable[[dict[str, Any]], None] | None = None
         self.iteration = 0
         self.timesteps = 0
@@ -64,9 +66,11 @@ class Algorithm:
         self.np_random = seed_everything(self.params.seed)
         self.device = learner_device(self.spec.learner.gpus)
         configure_cpu_threads()
-        spaces = env_spaces(self.spec.env.id, self.spec.env.config)
+        self.env_settings = EnvSettings.from_spec(self.spec.env)
+        spaces = env_spaces(self.env_settings)
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
+        self.frame_stack = spaces.frame_stack
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
         self.workers: WorkerSet | None = None
         self.setup()
@@ -113,6 +117,8 @@ class Algorithm:
             experiment=self.experiment.name,
             seed=None if self.params.seed is None else self.params.seed + seed_offset,
             record_steps=spec.traces.enabled and spec.traces.steps,
+            preprocessing=self.env_settings.preprocessing,
+            wrappers=self.env_settings.wrappers,
         )
 
     def sync_weights(self) -> None:
@@ -136,7 +142,7 @@ class Algorithm:
             self.return_window.append(record["return"])
             if self.episode_sink is not None:
                 self.episode_sink(record)
-            self.callbacks.episode_end(self, record)
+            self.callbacks.on_episode_end(algorithm=self, episode=record)
 
     def collect(self) -> list[SampleBatch]:
         """Sample every worker once, then sync filters and record the finished episodes."""
@@ -173,7 +179,7 @@ class Algorithm:
         }
         if self.workers is not None:
             result.setdefault("sampler", {})["workerRestarts"] = self.workers.restarts
-        self.callbacks.train_result(self, result)
+        self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
     def get_state(self) -> dict[str, bytes]:
@@ -238,32 +244,37 @@ class Algorithm:
         self.set_state(files)
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:
-        filtered = self.obs_filter(np.asarray(obs, dtype=np.float32)[None], update=False)
+        array = np.asarray(obs)
+        if array.dtype != np.uint8:  # images stay uint8 until they are a tensor
+            array = array.astype(np.float32)
+        filtered = self.obs_filter(array[None], update=False)
         action = self.compute_actions(filtered, explore)[0]
         return action.item() if np.ndim(action) == 0 else action
 
+    def evaluation_env(self, env_config: dict[str, Any] | None = None) -> EnvFactory:
+        """The evaluation envs' factory: spec.env with `env_config` merged over its config."""
+        return EnvFactory(replace(self.env_settings, config={**self.env_settings.config, **(env_config or {})}))
+
+    def evaluation_policy(self) -> tuple[PolicyFactory, Any]:
+        """What evaluation actors run: the rollout workers' policy factory and the weights it loads."""
+        if self.workers is None:
+            raise NotImplementedError(f"{type(self).__name__} has no rollout workers; override evaluation_policy()")
+        return self.workers.policy_factory, self.worker_weights()
+
+    def play(self, seeds: list[int], *, explore: bool = False, env_config: dict[str, Any] | None = None,
+             record_first: bool = False) -> PlayedEpisodes:
+        """Play one episode per seed with the learner's policy (no learning), in this process."""
+        return play_episodes(self.evaluation_env(env_config), lambda obs: self.compute_single_action(obs, explore),
+                             seeds, record_first=record_first)
+
+    def evaluation_seeds(self, episodes: int, seed: int | None = None) -> list[int]:
+        base_seed = seed if seed is not None else (self.params.seed or 0) + 10_000
+        return [base_seed + i for i in range(episodes)]
+
     def evaluate(self, episodes: int = 10, *, explore: bool = False, seed: int | None = None) -> dict[str, Any]:
         """Play whole episodes with the learner's policy (no learning); returns their statistics."""
-        env = make_env(self.spec.env.id, self.spec.env.config)
-        returns: list[float] = []
-        lengths: list[int] = []
-        base_seed = seed if seed is not None else (self.params.seed or 0) + 10_000
-        try:
-            for i in range(episodes):
-                obs, _ = env.reset(seed=base_seed + i)
-                total, length, done = 0.0, 0, False
-                while not done:
-                    action = self.compute_single_action(obs, explore)
-                    if hasattr(env.action_space, "low"):
-                        action = np.clip(action, env.action_space.low, env.action_space.high)
-                    obs, reward, terminated, truncated, _ = env.step(action)
-                    total += float(reward)
-                    length += 1
-                    done = terminated or truncated
-                returns.append(total)
-                lengths.append(length)
-        finally:
-            env.close()
+        played = self.play(self.evaluation_seeds(episodes, seed), explore=explore)
+        returns, lengths = played.returns, played.lengths
         return {
             "episodes": episodes,
             "episodeReturnMean": float(np.mean(returns)) if returns else None,

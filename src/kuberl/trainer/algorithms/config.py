@@ -22,7 +22,13 @@ from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import CommonParams
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 from kuberl.api.validation import FieldError, ManifestError, hyperparams_for, load_manifest, validate_document
-from kuberl.trainer.run.callbacks import Callbacks, EpisodeHook, ResultHook
+from kuberl.trainer.run.callbacks import (
+    Callbacks,
+    EpisodeHook,
+    FunctionCallbacks,
+    ResultHook,
+    build_callbacks,
+)
 
 if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
@@ -50,7 +56,7 @@ class AlgorithmConfig:
             "metadata": {},
             "spec": {"algorithm": self.algorithm, "env": {}, "config": {}},
         }
-        self.callbacks_hooks = Callbacks()
+        self.callbacks_hooks: Callbacks | None = None  # None: spec.callbacks, if set, or none
         self._experiment: RLExperiment | None = None
         self._params: CommonParams | None = None
 
@@ -59,12 +65,17 @@ class AlgorithmConfig:
         self._experiment = None
         return self.document["spec"].setdefault(name, {})
 
-    def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None) -> Self:
+    def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None,
+                    preprocessing: str | None = None, wrappers: list[dict[str, Any]] | None = None) -> Self:
         section = self._section("env")
         if env is not None:
             section["id"] = env
         if env_config is not None:
             section["config"] = dict(env_config)
+        if preprocessing is not None:
+            section["preprocessing"] = preprocessing
+        if wrappers is not None:
+            section["wrappers"] = [dict(w) for w in wrappers]
         return self
 
     def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
@@ -92,23 +103,48 @@ class AlgorithmConfig:
         return self
 
     def stopping(self, *, timesteps: int | None = None, episode_return_mean: float | None = None,
-                 time_seconds: int | None = None, iterations: int | None = None) -> Self:
+                 time_seconds: int | None = None, iterations: int | None = None,
+                 evaluation_return_mean: float | None = None) -> Self:
         self._section("stop").update(
             _camel({"timesteps": timesteps, "episode_return_mean": episode_return_mean,
-                    "time_seconds": time_seconds, "iterations": iterations})
+                    "time_seconds": time_seconds, "iterations": iterations,
+                    "evaluation_return_mean": evaluation_return_mean})
         )
+        return self
+
+    def checkpointing(self, *, every_iterations: int | None = None, keep: int | None = None,
+                      keep_best: bool | None = None) -> Self:
+        self._section("checkpoint").update(
+            _camel({"every_iterations": every_iterations, "keep": keep, "keep_best": keep_best}))
         return self
 
     def traces(self, *, enabled: bool | None = None, steps: bool | None = None) -> Self:
         self._section("traces").update(_camel({"enabled": enabled, "steps": steps}))
         return self
 
-    def callbacks(self, *, on_episode_end: EpisodeHook | None = None,
+    def callbacks(self, callbacks_class: type[Callbacks] | None = None, *, on_episode_end: EpisodeHook | None = None,
                   on_train_result: ResultHook | None = None) -> Self:
-        self.callbacks_hooks = Callbacks(
-            on_episode_end=on_episode_end or self.callbacks_hooks.on_episode_end,
-            on_train_result=on_train_result or self.callbacks_hooks.on_train_result,
+        """A Callbacks subclass (built with no arguments), or plain functions for two of its hooks."""
+        if callbacks_class is not None:
+            self.callbacks_hooks = callbacks_class()
+            return self
+        previous = self.callbacks_hooks if isinstance(self.callbacks_hooks, FunctionCallbacks) else FunctionCallbacks()
+        self.callbacks_hooks = FunctionCallbacks(
+            on_episode_end=on_episode_end or previous.episode_hook,
+            on_train_result=on_train_result or previous.result_hook,
         )
+        return self
+
+    def evaluation(self, *, interval: int | None = None, episodes: int | None = None, workers: int | None = None,
+                   explore: bool | None = None, env_config: dict[str, Any] | None = None,
+                   video_every_evaluations: int | None = None) -> Self:
+        """Evaluation during training as `kuberl train` and the operator run it (`to_document()` is the
+        manifest); `algo.train()` by itself does not evaluate: call `algo.evaluate()`."""
+        section = self._section("evaluation")
+        section.update(_camel({"interval": interval, "episodes": episodes, "workers": workers, "explore": explore,
+                               "env_config": env_config}))
+        if video_every_evaluations is not None:
+            section["video"] = {"everyEvaluations": video_every_evaluations}
         return self
 
     def named(self, name: str, namespace: str | None = None) -> Self:
@@ -127,7 +163,7 @@ class AlgorithmConfig:
         """The validated experiment; raises ManifestError naming every bad field."""
         if self._experiment is not None:
             return self._experiment
-        from kuberl.trainer.run.checks import env_errors
+        from kuberl.trainer.run.checks import callbacks_errors, env_errors
 
         doc = self.to_document()
         try:
@@ -140,7 +176,7 @@ class AlgorithmConfig:
             doc["spec"]["stop"] = {"iterations": 2**31 - 1}
             experiment = validate_document(doc)
             experiment.spec.stop.iterations = None
-        errors = env_errors(experiment)
+        errors = env_errors(experiment) + callbacks_errors(experiment)
         if errors:
             raise ManifestError(errors)
         self._experiment = experiment
@@ -163,6 +199,13 @@ class AlgorithmConfig:
     def build(self) -> Algorithm:
         self.validate()
         return self.algorithm_class()(self)
+
+    def build_callbacks(self) -> Callbacks:
+        """The hooks set from Python, else those spec.callbacks names, else none."""
+        if self.callbacks_hooks is not None:
+            return self.callbacks_hooks
+        path = self.experiment.spec.callbacks
+        return build_callbacks(path) if path else Callbacks()
 
     def copy(self) -> Self:
         clone = copy.copy(self)

@@ -7,7 +7,8 @@ Huber loss between Q_online(obs, action) and that target. `QLearner.update` is o
 step of it; Ape-X (`kuberl.trainer.algorithms.apex`) runs the same learner in an actor.
 
 Each iteration: set the workers' epsilon from the schedule, sample one fragment from every
-worker, turn it into n-step transitions, add them to replay (new transitions get the largest
+worker, turn it into n-step transitions in the compact form (`kuberl.trainer.replay.frames`:
+frames stored once, in their own dtype), add them to replay (new transitions get the largest
 priority seen), then run `replay_ratio` learner updates per env step once `learning_starts`
 env steps are in, and send the new priorities back to the buffer.
 """
@@ -26,13 +27,14 @@ from torch import nn
 from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
-from kuberl.trainer.learning.device import to_device
+from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.replay.buffers import make_replay_buffer
-from kuberl.trainer.replay.nstep import TRANSITION_KEYS, transitions_from_batch
+from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition
+from kuberl.trainer.replay.nstep import TRANSITION_KEYS, compact_transitions
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
@@ -73,9 +75,10 @@ def weighted_huber_loss(
 class QLearner:
     """Online and target Q-networks and their optimizer: one gradient step per `update(batch)`."""
 
-    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device):
+    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device, bf16: bool = False):
         self.params = params
         self.device = device
+        self.bf16 = bf16
         self.online = network.to(device)
         self.target = copy.deepcopy(self.online).eval()
         for p in self.target.parameters():
@@ -90,11 +93,13 @@ class QLearner:
     def update(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """One step on a replay sample (obs, action, reward, next_obs, discount[, weights]); |TD errors| back."""
         t = to_device({k: batch[k] for k in (*TRANSITION_KEYS, "weights") if k in batch}, self.device)
-        q = self.online(t["obs"])
+        with learner_autocast(self.device, self.bf16):
+            q = self.online(t["obs"]).float()
         q_taken = q.gather(1, t["action"].long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad(), learner_autocast(self.device, self.bf16):
+            next_q_target = self.target(t["next_obs"]).float()
+            next_q_online = self.online(t["next_obs"]).float() if self.params.double_q else None
         with torch.no_grad():
-            next_q_target = self.target(t["next_obs"])
-            next_q_online = self.online(t["next_obs"]) if self.params.double_q else None
             targets = q_targets(t["reward"], t["discount"], next_q_target, next_q_online)
         loss, td_errors = weighted_huber_loss(q_taken, targets, t.get("weights"))
         self.optimizer.zero_grad(set_to_none=True)
@@ -154,11 +159,16 @@ class DQN(Algorithm):
 
     def setup(self) -> None:
         params = self.params
-        self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device)
+        self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device,
+                                bf16=self.spec.learner.bf16)
+        self.layout = FrameLayout.of(self.observation_space, self.frame_stack, params.observation_filter)
         self.replay = make_replay_buffer(
             self.spec.replay.capacity, prioritized=self.spec.replay.prioritized, alpha=params.priority_alpha,
             beta=params.priority_beta, eps=params.priority_eps, seed=params.seed,
+            frames_per_transition=frames_per_transition(self.layout, self.spec.rollouts.fragment_length),
         )
+        self.added_bytes = 0  # compact transitions added to replay, and their count: bytes per transition sent
+        self.added = 0
         self.update_credit = 0.0  # fractional learner updates owed by the replay ratio
         self.workers = WorkerSet(self.worker_config(), QPolicyFactory.from_params(params), self.spec.rollouts.workers)
         self.sync_weights()
@@ -182,8 +192,11 @@ class DQN(Algorithm):
         batches = self.collect()
         env_steps = sum(b.env_steps for b in batches)
         for batch in batches:
-            transitions = transitions_from_batch(batch, gamma=p.gamma, n_step=p.n_step)
-            self.replay.add({k: transitions[k] for k in TRANSITION_KEYS})
+            transitions, _ = compact_transitions(batch, gamma=p.gamma, n_step=p.n_step,
+                                                 stack_depth=self.layout.stack_depth)
+            self.replay.add(transitions)
+            self.added_bytes += transitions.nbytes
+            self.added += len(transitions)
         seen = self.timesteps + env_steps
         updates = 0
         if seen >= p.learning_starts:
@@ -198,7 +211,12 @@ class DQN(Algorithm):
             self.sync_weights()
         learner = self.learner.take_stats()
         learner.update(epsilon=epsilon, updatesThisIteration=updates)
-        return {"envSteps": env_steps, "learner": learner, "replay": {"shard_0": self.replay.stats()}}
+        replay = {
+            "shard_0": self.replay.stats(),
+            "bytesPerTransition": self.replay.nbytes / self.replay.capacity,
+            "wireBytesPerTransition": self.added_bytes / self.added if self.added else None,
+        }
+        return {"envSteps": env_steps, "learner": learner, "replay": replay}
 
     # -- the Algorithm contract -------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:
@@ -206,7 +224,7 @@ class DQN(Algorithm):
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         with torch.no_grad():
-            q = self.learner.online(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+            q = self.learner.online(obs_tensor(obs, self.device)).cpu().numpy()
         actions = q.argmax(axis=1)
         if explore:
             random = self.np_random.random(len(actions)) < self.epsilon()

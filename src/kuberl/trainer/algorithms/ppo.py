@@ -1,7 +1,7 @@
 """Proximal Policy Optimisation (Schulman et al., 2017), read top to bottom.
 
-Sampling: rollout workers run the actor in numpy (PPOSamplingPolicy) and keep
-each action's log-probability. Learning: the learner evaluates V(obs) and
+Sampling: rollout workers run the actor in numpy for vector observations and in
+torch on the CPU for images (PPOPolicyFactory), and keep each action's log-probability. Learning: the learner evaluates V(obs) and
 V(next_obs), computes GAE per worker batch, then runs `num_epochs` passes of
 shuffled minibatches over the clipped surrogate objective with value
 clipping, optional advantage normalisation, entropy bonus, gradient clipping
@@ -14,7 +14,6 @@ import copy
 import time
 import warnings
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,12 +23,14 @@ from torch import nn
 from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.models.actor_critic import ActorCritic
+from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.sampling.policies import PPOSamplingPolicy
+from kuberl.trainer.sampling.policies import PPOPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import SampleBatch
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
@@ -109,14 +110,14 @@ class PPO(Algorithm):
 
     def setup(self) -> None:
         p = self.params
-        self.model = ActorCritic(self.observation_space, self.action_space, p.hidden, p.activation).to(self.device)
+        self.model = ActorCritic(self.observation_space, self.action_space, p.hidden, p.activation,
+                                 EncoderSpec.from_params(p)).to(self.device)
         self.value_scale = ValueScale()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.lr, eps=1e-5, foreach=True)
         if p.anneal_lr and self.spec.stop.timesteps is None:
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
                           RuntimeWarning, stacklevel=2)
-        policy_factory = partial(PPOSamplingPolicy, activation=p.activation)
-        self.workers = WorkerSet(self.worker_config(), policy_factory, self.spec.rollouts.workers)
+        self.workers = WorkerSet(self.worker_config(), PPOPolicyFactory.from_params(p), self.spec.rollouts.workers)
         self.sync_weights()
 
     def worker_weights(self) -> dict[str, np.ndarray]:
@@ -148,9 +149,7 @@ class PPO(Algorithm):
         parts: list[dict[str, np.ndarray]] = []
         for batch in batches:
             d = batch.data
-            with torch.no_grad():
-                both = torch.as_tensor(np.stack([d["obs"], d["next_obs"]]), device=self.device)
-                values, next_values = self.value_scale.denormalize(self.model.value(both).cpu().numpy())
+            values, next_values = self.value_scale.denormalize(self.values(np.stack([d["obs"], d["next_obs"]])))
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
             advantages, returns = compute_gae(
                 d["rewards"], values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
@@ -165,7 +164,16 @@ class PPO(Algorithm):
             self.value_scale.update(merged["returns"])
             merged["returns"] = self.value_scale.normalize(merged["returns"])
             merged["values"] = self.value_scale.normalize(merged["values"])
-        return {k: torch.as_tensor(v, device=self.device) for k, v in merged.items()}
+        return to_device(merged, self.device)
+
+    def values(self, obs: np.ndarray, chunk: int = 4096) -> np.ndarray:
+        """V(obs) for observations under any leading axes, in chunks (a batch of frames need not fit at once)."""
+        lead = obs.shape[: obs.ndim - len(self.observation_space.shape)]
+        flat = obs.reshape(-1, *self.observation_space.shape)
+        with torch.no_grad(), learner_autocast(self.device, self.spec.learner.bf16):
+            parts = [self.model.value(to_device({"obs": flat[i:i + chunk]}, self.device)["obs"]).float().cpu().numpy()
+                     for i in range(0, len(flat), chunk)]
+        return np.concatenate(parts).reshape(lead)
 
     def anneal_learning_rate(self, env_steps: int) -> None:
         p = self.params
@@ -176,7 +184,6 @@ class PPO(Algorithm):
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         p = self.params
-        actor = self.model.actor
         size = len(batch["obs"])
         # Reset steps make the batch a few rows short of envs x fragment; split it into about
         # size / minibatch_size near-equal minibatches so no row is dropped.
@@ -187,13 +194,14 @@ class PPO(Algorithm):
         for _epoch in range(p.num_epochs):
             order = torch.as_tensor(self.np_random.permutation(size), device=self.device)
             for idx in torch.tensor_split(order, num_minibatches):
-                obs = batch["obs"][idx]
-                new_logp, entropy = actor.log_prob_entropy(obs, batch["actions"][idx])
+                with learner_autocast(self.device, self.spec.learner.bf16):
+                    new_logp, entropy, values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
+                new_logp, entropy, values = new_logp.float(), entropy.float(), values.float()
                 advantages = batch["advantages"][idx]
                 if p.normalize_advantages and len(idx) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
                 loss = ppo_loss(
-                    new_logp, batch["logp"][idx], advantages, self.model.value(obs), batch["values"][idx],
+                    new_logp, batch["logp"][idx], advantages, values, batch["values"][idx],
                     batch["returns"][idx], entropy, clip_param=p.clip_param, vf_clip_param=p.vf_clip_param,
                     vf_coeff=p.vf_coeff, entropy_coeff=p.entropy_coeff,
                 )
@@ -218,7 +226,7 @@ class PPO(Algorithm):
     # -- acting and state ------------------------------------------------------------------------
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         with torch.no_grad():
-            obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            obs_t = obs_tensor(obs, self.device)
             actor = self.model.actor
             actions = actor.distribution(obs_t).sample() if explore else actor.greedy(obs_t)
         return actions.cpu().numpy()

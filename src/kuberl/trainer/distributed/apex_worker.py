@@ -1,7 +1,8 @@
 """Ape-X's rollout worker actor: samples into replay shards directly and picks up weights when they are there.
 
 It explores with its own epsilon, turns each fragment into n-step transitions with initial
-priorities from its own TD errors, and adds them to the shards round robin, with at most
+priorities from its own TD errors, and adds them in the compact form (frames once, in their own
+dtype: `kuberl.trainer.replay.frames`) to the shards round robin, with at most
 MAX_ADDS_IN_FLIGHT adds outstanding. Between fragments it asks the learner for newer weights
 without waiting for the answer.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.learning.device import configure_cpu_threads
-from kuberl.trainer.replay.nstep import TRANSITION_KEYS, local_priorities, transitions_from_batch
+from kuberl.trainer.replay.nstep import batch_priorities, compact_transitions
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, WorkerConfig
 
@@ -25,13 +26,14 @@ class ApexRolloutWorker:
     """A rollout worker that feeds replay shards directly and picks up weights when they are there."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int, epsilon: float,
-                 *, gamma: float, n_step: int, learner: Any):
+                 *, gamma: float, n_step: int, learner: Any, stack_depth: int = 1):
         configure_cpu_threads()
         self.worker = RolloutWorker(config, policy_factory, worker_index)
         self.worker.configure_policy(epsilon=epsilon)
         self.epsilon = epsilon
         self.gamma = gamma
         self.n_step = n_step
+        self.stack_depth = stack_depth
         self.learner = learner
         self.weights_request: Any = None
         self.weight_updates = 0
@@ -79,6 +81,7 @@ class ApexRolloutWorker:
             self.worker.set_filter(filter_state)
         started = time.perf_counter()
         env_steps = 0
+        sent_bytes = sent = 0
         episodes: list[dict[str, Any]] = []
         filter_delta: RunningStats | None = None
         for _ in range(fragments):
@@ -89,17 +92,22 @@ class ApexRolloutWorker:
                     filter_delta = batch.filter_delta
                 else:
                     filter_delta.merge(batch.filter_delta)
-            transitions = transitions_from_batch(batch, gamma=self.gamma, n_step=self.n_step)
-            priorities = local_priorities(self.worker.policy, transitions)  # type: ignore[arg-type]
+            transitions, rows = compact_transitions(batch, gamma=self.gamma, n_step=self.n_step,
+                                                    stack_depth=self.stack_depth)
+            priorities = batch_priorities(self.worker.policy, batch, rows)  # type: ignore[arg-type]
             shard = shards[self.next_shard % len(shards)]
             self.next_shard += 1
             self._wait_for_adds(MAX_ADDS_IN_FLIGHT - 1)
-            self.adds_in_flight.append(shard.add.remote({k: transitions[k] for k in TRANSITION_KEYS}, priorities))
+            self.adds_in_flight.append(shard.add.remote(transitions, priorities))
+            sent_bytes += transitions.nbytes + priorities.nbytes
+            sent += len(transitions)
             env_steps += batch.env_steps
             episodes.extend(batch.episodes)
         return {
             "worker": self.worker.worker_index,
             "envSteps": env_steps,
+            "sentBytes": sent_bytes,
+            "sentTransitions": sent,
             "seconds": time.perf_counter() - started,
             "episodes": episodes,
             "policyVersion": self.worker.policy_version,

@@ -46,6 +46,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     if address:
         kwargs["address"] = address
     else:
+        # "local" always starts a private instance: with no address Ray would join any cluster that a
+        # `ray start` on this machine (another user's, a test's stand-in pod) has recorded in /tmp/ray.
+        kwargs["address"] = "local"
         kwargs["num_cpus"] = num_cpus if num_cpus is not None else max(2, os.cpu_count() or 2)
         if num_gpus is not None:
             kwargs["num_gpus"] = num_gpus

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,3 +47,17 @@ def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, t
     if device.type == "cpu":
         return tensors
     return {k: v.pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
+
+
+def obs_tensor(obs: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Observations as a tensor on `device`: images stay uint8 (the encoder scales them there), others float32."""
+    array = np.asarray(obs)
+    dtype = torch.uint8 if array.dtype == np.uint8 else torch.float32
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
+def learner_autocast(device: torch.device, bf16: bool) -> Any:
+    """bfloat16 autocast on CUDA when `spec.learner.bf16` asks for it; a no-op otherwise."""
+    if bf16 and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

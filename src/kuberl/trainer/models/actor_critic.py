@@ -1,4 +1,9 @@
-"""PPO's networks: a Categorical or Gaussian actor and a separate critic."""
+"""PPO's networks: a Categorical or Gaussian actor and a critic.
+
+For vector observations the actor and the critic are separate MLPs (steadier on small control
+tasks, and the actor runs in numpy on rollout workers). For images they share the conv encoder
+(`actor.net[0]`), as in the Nature/IMPALA agents: one conv pass serves both heads.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,43 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
+from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space, linear_head
 from kuberl.trainer.models.mlp import mlp, obs_size
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def _policy_net(observation_space: gym.Space, n_out: int, encoder: EncoderSpec) -> nn.Sequential:
+    if is_image_space(observation_space):
+        body = build_encoder(observation_space, encoder)
+        return nn.Sequential(body, linear_head(body.out_features, n_out, 0.01))
+    return mlp(obs_size(observation_space), encoder.hidden, n_out, encoder.activation, out_gain=0.01)
+
+
+def log_prob_entropy(inputs: torch.Tensor, actions: torch.Tensor,
+                     log_std: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) and the entropy from a distribution's inputs: Categorical logits, or a Gaussian's mean with
+    `log_std`. Written out: torch.distributions costs more than the math here."""
+    if log_std is None:
+        log_probs = torch.log_softmax(inputs, dim=-1)
+        logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return logp, -(log_probs.exp() * log_probs).sum(-1)
+    log_std = log_std.expand_as(inputs)
+    z = (actions - inputs) / log_std.exp()
+    return (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1), (0.5 + HALF_LOG_2PI + log_std).sum(-1)
+
+
 class Actor(nn.Module):
     """The policy: Categorical logits for Discrete actions; a Gaussian with a state-independent log-std for Box."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int], activation: str):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int], activation: str,
+                 encoder: EncoderSpec | None = None):
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
-        self.net = mlp(obs_size(observation_space), hidden, n_out, activation, out_gain=0.01)
+        spec = encoder or EncoderSpec()
+        spec = EncoderSpec(tuple(hidden), activation, spec.conv, spec.conv_hidden)
+        self.net = _policy_net(observation_space, n_out, spec)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(n_out))
 
@@ -34,18 +63,11 @@ class Actor(nn.Module):
         return Normal(out, self.log_std.exp().expand_as(out))
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(a|s) and the policy's entropy, written out: torch.distributions costs more than the math here."""
-        out = self.net(obs)
-        if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
-            return logp, entropy
-        log_std = self.log_std.expand_as(out)
-        z = (actions - out) / log_std.exp()
-        logp = (-0.5 * z**2 - log_std - HALF_LOG_2PI).sum(-1)
-        entropy = (0.5 + HALF_LOG_2PI + log_std).sum(-1)
-        return logp, entropy
+        return self.log_prob_entropy_of(self.net(obs), actions)
+
+    def log_prob_entropy_of(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) and the policy's entropy from the net's output."""
+        return log_prob_entropy(out, actions, None if self.discrete else self.log_std)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         out = self.net(obs)
@@ -53,12 +75,28 @@ class Actor(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """Separate actor and critic networks (no shared body: steadier on small control tasks)."""
+    """The actor and a critic: a separate MLP for vectors, a value head on the actor's encoder for images."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int], activation: str):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int], activation: str,
+                 encoder: EncoderSpec | None = None):
         super().__init__()
-        self.actor = Actor(observation_space, action_space, hidden, activation)
-        self.critic = mlp(obs_size(observation_space), hidden, 1, activation, out_gain=1.0)
+        self.actor = Actor(observation_space, action_space, hidden, activation, encoder)
+        self.shared = is_image_space(observation_space)
+        if self.shared:
+            self.critic = linear_head(self.actor.net[0].out_features, 1, 1.0)
+        else:
+            self.critic = mlp(obs_size(observation_space), hidden, 1, activation, out_gain=1.0)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.shared:
+            return self.critic(self.actor.net[0](obs)).squeeze(-1)
         return self.critic(obs).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log pi(a|s), the entropy and V(s), with one encoder pass where the encoder is shared."""
+        if not self.shared:
+            logp, entropy = self.actor.log_prob_entropy(obs, actions)
+            return logp, entropy, self.value(obs)
+        features = self.actor.net[0](obs)
+        logp, entropy = self.actor.log_prob_entropy_of(self.actor.net[1](features), actions)
+        return logp, entropy, self.critic(features).squeeze(-1)

@@ -1,7 +1,8 @@
 """Replay buffers over preallocated numpy arrays: proportional prioritized (sum-tree) and uniform.
 
-Both buffers store any dict of arrays that share a leading batch dimension (the
-n-step transitions of `kuberl.trainer.replay.nstep`), and share one API:
+Both buffers store either any dict of arrays that share a leading batch dimension (the n-step
+transitions of `kuberl.trainer.replay.nstep`), or, given `frames_per_transition`, the compact
+`FrameTransitions` of `kuberl.trainer.replay.frames` (`storage.FrameStorage`). They share one API:
 
     buffer.add(batch, priorities=None)
     sample = buffer.sample(batch_size, beta=...)   # dict: the fields, plus "ids" and "weights"
@@ -18,67 +19,19 @@ from typing import Any
 
 import numpy as np
 
+from kuberl.trainer.replay.frames import FrameTransitions
 from kuberl.trainer.replay.segment_tree import MinTree, SumTree
+from kuberl.trainer.replay.storage import ArrayStorage, Batch, FrameStorage, batch_length
 
-Batch = dict[str, np.ndarray]  # named fields sharing a leading batch dimension
-
-
-class _ArrayStorage:
-    """A ring of preallocated arrays, one per field, allocated on the first add."""
-
-    def __init__(self, capacity: int):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self.fields: Batch = {}
-        self.ids = np.full(capacity, -1, dtype=np.int64)  # global id of what each slot holds
-        self.adds = 0  # transitions ever added; the next one gets this id
-
-    def __len__(self) -> int:
-        return min(self.adds, self.capacity)
-
-    def write(self, batch: Batch) -> np.ndarray:
-        """Store a batch; returns the slots it went to. Only the newest `capacity` rows are kept."""
-        n = _batch_length(batch)
-        if not self.fields:
-            self.fields = {
-                k: np.zeros((self.capacity, *np.shape(v)[1:]), dtype=np.asarray(v).dtype) for k, v in batch.items()
-            }
-        elif batch.keys() != self.fields.keys():
-            raise ValueError(f"batch fields {sorted(batch)} differ from the buffer's {sorted(self.fields)}")
-        ids = np.arange(self.adds, self.adds + n, dtype=np.int64)
-        keep = slice(max(0, n - self.capacity), n)
-        slots = ids[keep] % self.capacity
-        for key, value in batch.items():
-            self.fields[key][slots] = np.asarray(value)[keep]
-        self.ids[slots] = ids[keep]
-        self.adds += n
-        return slots
-
-    def read(self, slots: np.ndarray) -> Batch:
-        out = {k: v[slots] for k, v in self.fields.items()}
-        out["ids"] = self.ids[slots]
-        return out
-
-    def live_slots(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, mask): the slots of `ids` and which of them still hold that transition."""
-        ids = np.asarray(ids, dtype=np.int64)
-        slots = ids % self.capacity
-        return slots, (ids >= 0) & (self.ids[slots] == ids)
-
-
-def _batch_length(batch: Batch) -> int:
-    lengths = {len(v) for v in batch.values()}
-    if len(lengths) != 1:
-        raise ValueError(f"batch fields have different lengths: {sorted(lengths)}")
-    return lengths.pop()
+__all__ = ["Batch", "PrioritizedReplayBuffer", "UniformReplayBuffer", "make_replay_buffer", "split_capacity"]
 
 
 class _ReplayBuffer:
     """What both buffers share: preallocated storage, a seeded generator, and their sizes."""
 
-    def __init__(self, capacity: int, seed: int | None):
-        self.storage = _ArrayStorage(capacity)
+    def __init__(self, capacity: int, seed: int | None, frames_per_transition: float | None):
+        self.storage = ArrayStorage(capacity) if frames_per_transition is None else FrameStorage(
+            capacity, frames_per_transition)
         self.samples = 0
         self.rng = np.random.default_rng(seed)
 
@@ -88,6 +41,11 @@ class _ReplayBuffer:
 
     def __len__(self) -> int:
         return len(self.storage)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays allocated (storage and priority trees): the first add allocates the storage."""
+        return self.storage.nbytes
 
 
 class PrioritizedReplayBuffer(_ReplayBuffer):
@@ -99,8 +57,9 @@ class PrioritizedReplayBuffer(_ReplayBuffer):
 
     prioritized = True
 
-    def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, seed: int | None = None):
-        super().__init__(capacity, seed)
+    def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
+                 seed: int | None = None, frames_per_transition: float | None = None):
+        super().__init__(capacity, seed, frames_per_transition)
         self.sum_tree = SumTree(capacity)
         self.min_tree = MinTree(capacity)
         self.alpha = alpha
@@ -112,9 +71,9 @@ class PrioritizedReplayBuffer(_ReplayBuffer):
     def _tree_priority(self, td_errors: np.ndarray) -> np.ndarray:
         return (np.abs(np.asarray(td_errors, dtype=np.float64)) + self.eps) ** self.alpha
 
-    def add(self, batch: Batch, priorities: np.ndarray | None = None) -> None:
+    def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> None:
         """Add transitions; `priorities` are |TD errors| (the worker's own estimate), else the max so far."""
-        n = _batch_length(batch)
+        n = batch_length(batch)
         if priorities is None:
             tree_p = np.full(n, self.max_priority**self.alpha)
         else:
@@ -123,10 +82,13 @@ class PrioritizedReplayBuffer(_ReplayBuffer):
                 raise ValueError(f"priorities must have shape ({n},), got {priorities.shape}")
             self.max_priority = max(self.max_priority, float(np.abs(priorities).max(initial=0.0)) + self.eps)
             tree_p = self._tree_priority(priorities)
-        slots = self.storage.write(batch)
+        slots, stale = self.storage.write(batch)
         tree_p = tree_p[n - len(slots) :]
         self.sum_tree.update(slots, tree_p)
         self.min_tree.update(slots, tree_p)
+        # Transitions whose frames were overwritten leave the trees: they are never sampled again.
+        self.sum_tree.update(stale, np.zeros(len(stale)))
+        self.min_tree.update(stale, np.full(len(stale), np.inf))
 
     def sample(self, batch_size: int, beta: float | None = None) -> Batch:
         """Stratified proportional sample: one draw from each of `batch_size` equal slices of the total."""
@@ -171,23 +133,29 @@ class PrioritizedReplayBuffer(_ReplayBuffer):
             "droppedPriorityUpdates": self.dropped_updates,
         }
 
+    @property
+    def nbytes(self) -> int:
+        return self.storage.nbytes + self.sum_tree.nodes.nbytes + self.min_tree.nodes.nbytes
+
 
 class UniformReplayBuffer(_ReplayBuffer):
     """Uniform replay with the prioritized buffer's API: priorities are ignored, weights are all 1."""
 
     prioritized = False
 
-    def __init__(self, capacity: int, *, seed: int | None = None, **_unused: float):
-        super().__init__(capacity, seed)
+    def __init__(self, capacity: int, *, seed: int | None = None, frames_per_transition: float | None = None,
+                 **_unused: float):
+        super().__init__(capacity, seed, frames_per_transition)
 
-    def add(self, batch: Batch, priorities: np.ndarray | None = None) -> None:
+    def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> None:
         self.storage.write(batch)
 
     def sample(self, batch_size: int, beta: float | None = None) -> Batch:
         size = len(self)
         if size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        out = self.storage.read(self.rng.integers(0, size, batch_size))
+        ids = self.rng.integers(self.storage.oldest, self.storage.adds, batch_size)
+        out = self.storage.read(ids % self.capacity)
         out["weights"] = np.ones(batch_size, dtype=np.float32)
         self.samples += batch_size
         return out
@@ -206,12 +174,14 @@ def importance_weights(probs: np.ndarray, p_min: float, beta: float) -> np.ndarr
 
 
 def make_replay_buffer(
-    capacity: int, *, prioritized: bool, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, seed: int | None = None
+    capacity: int, *, prioritized: bool, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6,
+    seed: int | None = None, frames_per_transition: float | None = None,
 ) -> PrioritizedReplayBuffer | UniformReplayBuffer:
-    """The buffer `spec.replay.prioritized` asks for."""
+    """The buffer `spec.replay.prioritized` asks for; compact (frames) when `frames_per_transition` is given."""
     if prioritized:
-        return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, eps=eps, seed=seed)
-    return UniformReplayBuffer(capacity, seed=seed)
+        return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, eps=eps, seed=seed,
+                                       frames_per_transition=frames_per_transition)
+    return UniformReplayBuffer(capacity, seed=seed, frames_per_transition=frames_per_transition)
 
 
 def split_capacity(capacity: int, shards: int) -> list[int]:

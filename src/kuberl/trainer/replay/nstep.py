@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kuberl.trainer.replay.buffers import Batch
+from kuberl.trainer.replay.frames import FrameTransitions, NStepRows, encode_frames
 
 if TYPE_CHECKING:
     from kuberl.trainer.sampling.policies import QPolicy
@@ -22,23 +23,15 @@ if TYPE_CHECKING:
 TRANSITION_KEYS = ("obs", "action", "reward", "next_obs", "discount")
 
 
-def nstep_transitions(
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    *,
-    gamma: float,
-    n: int,
-) -> Batch:
-    """n-step transitions from a fragment of T steps of E envs, flattened to T*E rows (time-major).
+def nstep_targets(
+    rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, *, gamma: float, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(returns, discount, last), each [T, E]: the n-step return of every step, its bootstrap
+    discount, and the step whose next observation it bootstraps from.
 
-    Inputs are [T, E, ...]: `next_obs[t]` is the true observation after step t (the final one when
-    the episode ended there, never the reset one). A transition stops early at the end of its
-    episode or of the fragment, bootstrapping from wherever it stopped: a truncated episode
-    (time limit) bootstraps, a terminated one does not (discount 0).
+    A transition stops early at the end of its episode or of the fragment, bootstrapping from
+    wherever it stopped: a truncated episode (time limit) bootstraps, a terminated one does not
+    (discount 0).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -62,7 +55,27 @@ def nstep_transitions(
         hit_terminal = take & terminated[row]
         discount = np.where(hit_terminal, 0.0, discount)
         alive = take & ~ended[row]
-    env_index = np.broadcast_to(np.arange(envs), (steps, envs))
+    return returns, discount, last
+
+
+def nstep_transitions(
+    obs: np.ndarray,
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    next_obs: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    *,
+    gamma: float,
+    n: int,
+) -> Batch:
+    """n-step transitions from a fragment of T steps of E envs, flattened to T*E rows (time-major).
+
+    Inputs are [T, E, ...]: `next_obs[t]` is the true observation after step t (the final one when
+    the episode ended there, never the reset one). See `nstep_targets` for where a transition stops.
+    """
+    returns, discount, last = nstep_targets(rewards, terminated, truncated, gamma=gamma, n=n)
+    env_index = np.broadcast_to(np.arange(returns.shape[1]), returns.shape)
     return {
         "obs": _flatten(np.asarray(obs)),
         "action": _flatten(np.asarray(actions)),
@@ -76,20 +89,15 @@ def _flatten(x: np.ndarray) -> np.ndarray:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def transitions_from_batch(batch: SampleBatch, *, gamma: float, n_step: int) -> Batch:
-    """n-step transitions of a rollout batch, valid rows only."""
+def compact_transitions(batch: SampleBatch, *, gamma: float, n_step: int,
+                        stack_depth: int = 1) -> tuple[FrameTransitions, NStepRows]:
+    """The n-step transitions of a rollout batch's valid rows in the compact form replay stores,
+    and the rows they came from (for priorities)."""
     data = batch.data
-    out = nstep_transitions(
-        data["obs"], data["actions"], data["rewards"], data["next_obs"], data["terminateds"], data["truncateds"],
-        gamma=gamma, n=n_step,
-    )
-    valid = data["valid"].reshape(-1)
-    out = {k: v[valid] for k, v in out.items()}
-    out["obs"] = out["obs"].astype(np.float32, copy=False)
-    out["next_obs"] = out["next_obs"].astype(np.float32, copy=False)
-    if "q_taken" in data:
-        out["q_taken"] = data["q_taken"].reshape(-1)[valid]
-    return out
+    returns, discount, last = nstep_targets(data["rewards"], data["terminateds"], data["truncateds"],
+                                            gamma=gamma, n=n_step)
+    rows = NStepRows.select(data["valid"], returns, discount, last)
+    return encode_frames(data["obs"], data["next_obs"], data["actions"], rows, stack_depth), rows
 
 
 def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
@@ -97,3 +105,12 @@ def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
     next_q = policy.q_values(transitions["next_obs"]).max(axis=1)
     target = transitions["reward"] + transitions["discount"] * next_q
     return np.abs(target - transitions["q_taken"]).astype(np.float32)
+
+
+def batch_priorities(policy: QPolicy, batch: SampleBatch, rows: NStepRows) -> np.ndarray:
+    """`local_priorities` of the transitions `rows` of a rollout batch (its policy kept q_taken)."""
+    data = batch.data
+    return local_priorities(policy, {
+        "next_obs": data["next_obs"][rows.last, rows.env], "reward": rows.reward, "discount": rows.discount,
+        "q_taken": data["q_taken"][rows.step, rows.env],
+    })

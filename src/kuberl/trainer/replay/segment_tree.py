@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _tree_leaves(capacity: int) -> int:
+def tree_leaves(capacity: int) -> int:
     """Leaves of a complete binary tree with room for `capacity` entries (a power of two)."""
     return 1 << max(0, int(capacity - 1).bit_length())
 
@@ -20,7 +20,7 @@ class SegmentTree:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.leaves = _tree_leaves(capacity)
+        self.leaves = tree_leaves(capacity)
         self.neutral = neutral
         self.nodes = np.full(2 * self.leaves, neutral, dtype=np.float64)
 

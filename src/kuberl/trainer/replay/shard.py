@@ -1,7 +1,7 @@
 """A replay shard: one slice of Ape-X's replay memory, as a Ray actor that asks for no CPU.
 
-Rollout workers `add` their n-step transitions (with the priorities they computed) straight to a
-shard; the learner `sample`s from every shard and sends `update_priorities` back. Shards keep
+Rollout workers `add` their n-step transitions in the compact form (`frames.FrameTransitions`,
+with the priorities they computed) straight to a shard; the learner `sample`s from every shard and sends `update_priorities` back. Shards keep
 no references to anyone, so a lost shard costs only its samples.
 """
 
@@ -13,19 +13,21 @@ import numpy as np
 
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
+from kuberl.trainer.replay.frames import FrameTransitions
 
 
 class ReplayShard:
     """A prioritized (or uniform) replay buffer behind an actor-friendly API."""
 
     def __init__(self, index: int, capacity: int, *, prioritized: bool = True, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None):
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None,
+                 frames_per_transition: float | None = None):
         self.index = index
         shard_seed = None if seed is None else seed + 7919 * (index + 1)
         self.buffer = make_replay_buffer(capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
-                                         seed=shard_seed)
+                                         seed=shard_seed, frames_per_transition=frames_per_transition)
 
-    def add(self, batch: Batch, priorities: np.ndarray | None = None) -> int:
+    def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> int:
         """Store transitions; returns the transitions ever added to this shard."""
         self.buffer.add(batch, priorities)
         return self.buffer.storage.adds
@@ -40,12 +42,21 @@ class ReplayShard:
         return self.buffer.update_priorities(ids, td_errors)
 
     def stats(self) -> dict[str, Any]:
-        return self.buffer.stats()
+        """The buffer's statistics and the bytes it has allocated (`bytes`; per transition slot)."""
+        nbytes = self.buffer.nbytes
+        return {**self.buffer.stats(), "bytes": nbytes, "bytesPerTransition": nbytes / self.buffer.capacity}
 
 
-def start_replay_shard(index: int, capacity: int, **buffer_options: Any) -> Any:
-    """A ReplayShard actor; num_cpus=0 so shards fit on any node, beside busier actors."""
+def start_replay_shard(index: int, capacity: int, *, memory_bytes: int | None = None, **buffer_options: Any) -> Any:
+    """A ReplayShard actor; num_cpus=0 so shards fit on any node, beside busier actors.
+
+    `memory_bytes` (what the shard will allocate, `replay.memory.replay_bytes`) is asked of Ray as
+    the `memory` resource, so Ray places a shard only on a node with that much room for it.
+    """
     import ray
 
-    actor = ray.remote(ReplayShard).options(num_cpus=0, max_restarts=0, name=None, **ACTOR_OPTIONS)
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "name": None, **ACTOR_OPTIONS}
+    if memory_bytes:
+        options["memory"] = memory_bytes
+    actor = ray.remote(ReplayShard).options(**options)
     return actor.remote(index, capacity, **buffer_options)

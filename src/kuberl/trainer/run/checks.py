@@ -6,8 +6,11 @@ import gymnasium as gym
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import FieldError
-from kuberl.trainer.sampling.envs import EnvNotFound, env_spaces
+from kuberl.api.validation import FieldError, hyperparams_for
+from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
+from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
+from kuberl.trainer.sampling.envs import EnvNotFound, EnvSettings, PreprocessingError, env_spaces
+from kuberl.trainer.sampling.wrappers import WrapperError
 
 
 def _space_classes(names: tuple[str, ...]) -> tuple[type[gym.Space], ...]:
@@ -18,37 +21,78 @@ def _space_name(space: gym.Space) -> str:
     return f"{type(space).__name__}{getattr(space, 'shape', '') or ''}"
 
 
+def _build_errors(experiment: RLExperiment) -> tuple[gym.Space, gym.Space] | list[FieldError]:
+    env = experiment.spec.env
+    try:
+        spaces = env_spaces(EnvSettings.from_spec(env))
+    except EnvNotFound as exc:
+        return [FieldError("spec.env.id", str(exc))]
+    except PreprocessingError as exc:
+        path = "spec.env.config.frameskip" if "frameskip" in str(exc) else "spec.env.preprocessing"
+        return [FieldError(path, str(exc))]
+    except WrapperError as exc:
+        return [FieldError(f"spec.env.wrappers[{exc.index}].{exc.field}", str(exc))]
+    except TypeError as exc:
+        return [FieldError("spec.env.config", f"the env {env.id!r} does not accept it: {exc}")]
+    except Exception as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
+        return [FieldError("spec.env.id", f"creating {env.id!r} failed: {type(exc).__name__}: {exc}")]
+    except SystemExit as exc:  # an env module that exits on import must not end the trainer with its code
+        return [FieldError("spec.env.id", f"creating {env.id!r} failed: it called sys.exit({exc.code!r})")]
+    return spaces.observation_space, spaces.action_space
+
+
+def _image_errors(experiment: RLExperiment, observation_space: gym.Space) -> list[FieldError]:
+    params = hyperparams_for(experiment)
+    errors: list[FieldError] = []
+    if params.observation_filter != "none":
+        errors.append(FieldError("spec.config.observationFilter",
+                                 f"{params.observation_filter} is for vector observations; images are scaled by 1/255"))
+    try:
+        conv_output_shape(observation_space, params.model.conv)
+    except ImageLayoutError as exc:
+        errors.append(FieldError("spec.config.model.conv", str(exc)))
+    return errors
+
+
 def env_errors(experiment: RLExperiment) -> list[FieldError]:
     """Problems with spec.env for spec.algorithm; empty when the env can be built and used."""
     spec = experiment.spec
-    try:
-        spaces = env_spaces(spec.env.id, spec.env.config)
-    except EnvNotFound as exc:
-        return [FieldError("spec.env.id", str(exc))]
-    except TypeError as exc:
-        return [FieldError("spec.env.config", f"the env {spec.env.id!r} does not accept it: {exc}")]
-    except Exception as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
-        return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: {type(exc).__name__}: {exc}")]
-    except SystemExit as exc:  # an env module that exits on import must not end the trainer with its code
-        return [FieldError("spec.env.id", f"creating {spec.env.id!r} failed: it called sys.exit({exc.code!r})")]
+    built = _build_errors(experiment)
+    if isinstance(built, list):
+        return built
+    observation_space, action_space = built
     entry = REGISTRY[spec.algorithm]
     errors: list[FieldError] = []
-    if not isinstance(spaces.action_space, _space_classes(entry.action_spaces)):
+    if not isinstance(action_space, _space_classes(entry.action_spaces)):
         continuous = [name for name, other in REGISTRY.items() if "Box" in other.action_spaces]
         hint = f" (use {' or '.join(continuous)} for continuous actions)" if "Box" not in entry.action_spaces else ""
         errors.append(
             FieldError(
                 "spec.env.id",
-                f"{spec.env.id!r} has a {_space_name(spaces.action_space)} action space; "
+                f"{spec.env.id!r} has a {_space_name(action_space)} action space; "
                 f"{spec.algorithm} needs {' or '.join(entry.action_spaces)} actions" + hint,
             )
         )
-    if not isinstance(spaces.observation_space, _space_classes(entry.observation_spaces)):
+    if not isinstance(observation_space, _space_classes(entry.observation_spaces)):
         errors.append(
             FieldError(
                 "spec.env.id",
-                f"{spec.env.id!r} has a {_space_name(spaces.observation_space)} observation space; "
+                f"{spec.env.id!r} has a {_space_name(observation_space)} observation space; "
                 f"kuberl needs {' or '.join(entry.observation_spaces)} observations",
             )
         )
+    elif is_image_space(observation_space):
+        errors.extend(_image_errors(experiment, observation_space))
     return errors
+
+
+def callbacks_errors(experiment: RLExperiment) -> list[FieldError]:
+    """Problems with spec.callbacks: the class it names must import and subclass Callbacks."""
+    path = experiment.spec.callbacks
+    if not path:
+        return []
+    try:
+        import_callbacks_class(path)
+    except CallbacksNotFound as exc:
+        return [FieldError("spec.callbacks", str(exc))]
+    return []

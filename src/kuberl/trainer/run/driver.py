@@ -48,6 +48,7 @@ from kuberl.trainer.storage.faults import StoreUnavailable, retry_transient
 
 if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
+    from kuberl.trainer.run.evaluations import RunEvaluations
     from kuberl.trainer.run.sinks import ResultSinks
     from kuberl.trainer.run.tracking import RunTracking
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
@@ -75,6 +76,7 @@ class Summary:
     iteration: int = 0
     timesteps: int = 0
     episodeReturnMean: float | None = None  # noqa: N815 - the contract's key
+    evaluationReturnMean: float | None = None  # noqa: N815
     lastCheckpoint: str | None = None  # noqa: N815
     runUri: str | None = None  # noqa: N815
 
@@ -90,6 +92,9 @@ def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
         return f"episodeReturnMean {ret:.1f} >= {stop.episode_return_mean:g}"
     if stop.timesteps is not None and result.get("timesteps", 0) >= stop.timesteps:
         return f"timesteps {result['timesteps']:,} >= {stop.timesteps:,}"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
+    if stop.evaluation_return_mean is not None and evaluated is not None and evaluated >= stop.evaluation_return_mean:
+        return f"evaluationReturnMean {evaluated:.1f} >= {stop.evaluation_return_mean:g}"
     if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
         return f"iteration {result['iteration']} >= {stop.iterations}"
     if stop.time_seconds is not None and result.get("timeSeconds", 0.0) >= stop.time_seconds:
@@ -100,10 +105,12 @@ def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
 def progress_line(result: dict[str, Any]) -> str:
     ret = result.get("episodeReturnMean")
     ret_text = f"{ret:8.1f}" if isinstance(ret, int | float) and math.isfinite(ret) else "       -"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
     return (
         f"iter {result.get('iteration', 0):5d} | steps {result.get('timesteps', 0):>11,} | "
         f"{result.get('envStepsPerSecond', 0.0):>9,.0f} steps/s | return {ret_text} | "
         f"{result.get('timeSeconds', 0.0):7.1f}s"
+        + (f" | eval {evaluated:.1f}" if isinstance(evaluated, int | float) else "")
     )
 
 
@@ -116,6 +123,7 @@ class LiveStatus:
     iteration: int = 0
     timesteps: int = 0
     episodeReturnMean: float | None = None  # noqa: N815
+    evaluationReturnMean: float | None = None  # noqa: N815
     lastCheckpoint: str | None = None  # noqa: N815
     timeSeconds: float = 0.0  # noqa: N815
     envStepsPerSecond: float = 0.0  # noqa: N815
@@ -236,9 +244,11 @@ def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
 
 
 def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, out: TextIO) -> Summary:
-    from kuberl.trainer.run.checks import env_errors
+    from kuberl.trainer.run.checks import callbacks_errors, env_errors
+    from kuberl.trainer.run.memory_budget import replay_memory_errors_for
 
-    errors = env_errors(experiment)
+    errors = env_errors(experiment) + callbacks_errors(experiment)
+    errors = errors or replay_memory_errors_for(experiment, in_cluster=options.in_cluster)
     if errors:
         raise ManifestError(errors)
     log = functools.partial(print, file=out, flush=True)
@@ -254,6 +264,7 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         join_cluster(expected, options.node_wait_seconds, out)
 
     from kuberl.trainer.algorithms.config import algorithm_config_for
+    from kuberl.trainer.run.evaluations import RunEvaluations
     from kuberl.trainer.run.sinks import ResultSinks
     from kuberl.trainer.run.tracking import RunTracking
     from kuberl.trainer.storage.background import BackgroundWriter
@@ -267,6 +278,8 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     def on_written(info) -> None:
         metrics.CHECKPOINT_SECONDS.observe(checkpoints.last_duration_seconds or 0.0)
         status.update(lastCheckpoint=info.uri)
+        algo.callbacks.on_checkpoint_written(
+            algorithm=algo, checkpoint={"uri": info.uri, "iteration": info.iteration, "timesteps": info.timesteps})
 
     # before_commit: results.jsonl reaches the store before a checkpoint's manifest, so a kill
     # right after a checkpoint never loses the result line of the iteration it holds.
@@ -277,6 +290,7 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     tracking = RunTracking(experiment, store, background, attempt=status.attempt,
                            namespace=_namespace(experiment, options) or experiment.metadata.namespace)
     sinks.sinks.extend(tracking.sinks)
+    evaluations = None
     try:
         # Falls back past a checkpoint that no longer verifies; retries a store that is unwell.
         restored = retry_transient(lambda: restore_latest(store), "restoring the latest checkpoint", log=log)
@@ -293,13 +307,21 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
             algo.episode_sink = _episode_sink(run, writers, experiment)
         print(f"training {experiment.spec.algorithm} on {experiment.spec.env.id}; run: {store.uri}", file=out,
               flush=True)
+        if experiment.spec.evaluation is not None:
+            evaluations = RunEvaluations(
+                experiment, algo, store=store, checkpoints=checkpoints, background=background,
+                on_result=lambda e: status.update(evaluationReturnMean=e.get("returnMean")),
+                snapshot=lambda: _state(algo, spec_text),
+            )
         status.update(phase="Running")
         termination.install()
         return _loop(experiment=experiment, options=options, algo=algo, run=run, checkpoints=checkpoints,
                      spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri,
-                     sinks=sinks, tracking=tracking)
+                     evaluations=evaluations, sinks=sinks, tracking=tracking)
     finally:
         termination.restore()
+        if evaluations is not None:
+            evaluations.stop()
         sinks.close()
         background.close()
         for writer in writers.values():
@@ -325,7 +347,8 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
 
 def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, run: RunStorage,
           checkpoints: CheckpointWriter, spec_text: str, status: LiveStatus, termination: _Termination, out: TextIO,
-          run_uri: str, sinks: ResultSinks, tracking: RunTracking) -> Summary:
+          run_uri: str, evaluations: RunEvaluations | None, sinks: ResultSinks,
+          tracking: RunTracking) -> Summary:
     """Train until a stop criterion or a signal, checkpointing on the way; then the final checkpoint."""
     from kuberl.trainer.run import metrics
 
@@ -339,15 +362,21 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
         result = algo.train()
         result["attempt"] = status.attempt
         tracking.annotate(result)
-        run.append_result(result)
-        sinks.write(result)
+        extra_lines: list[dict[str, Any]] = []
+        if evaluations is not None:
+            evaluations.step(result)
+        reason = stop_reason(spec.stop, result)
+        if evaluations is not None and reason is not None:  # a signal skips it: the grace period is short
+            extra_lines = evaluations.finish(result)  # the last iteration's policy is evaluated too
+        for line in (result, *extra_lines):
+            run.append_result(line)
+            sinks.write(line)
         status.update(
             iteration=result["iteration"], timesteps=result["timesteps"],
             episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
             envStepsPerSecond=result.get("envStepsPerSecond", 0.0), trackingProblem=tracking.problem,
         )
         metrics.observe_result(result)
-        reason = stop_reason(spec.stop, result)
         if reason is None and result["iteration"] % every == 0:
             checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
             tracking.checkpoint(algo, result["iteration"])
@@ -371,6 +400,7 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     summary.iteration = result.get("iteration", 0)
     summary.timesteps = result.get("timesteps", 0)
     summary.episodeReturnMean = result.get("episodeReturnMean")
+    summary.evaluationReturnMean = status.snapshot()["evaluationReturnMean"]
     summary.lastCheckpoint = last_uri
     summary.runUri = run_uri
     tracking.finish(algo, final, summary.result)

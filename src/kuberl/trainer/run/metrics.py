@@ -12,6 +12,9 @@ LEARNER_UPDATES = Counter("kuberl_learner_updates", "Gradient updates applied by
 ITERATION = Gauge("kuberl_training_iteration", "Last completed training iteration")
 EPISODE_RETURN = Gauge("kuberl_episode_return_mean", "Mean return of the last 100 finished episodes")
 ENV_STEPS_PER_SECOND = Gauge("kuberl_env_steps_per_second", "Sampling throughput of the last iteration")
+EVALUATIONS = Counter("kuberl_evaluations", "Evaluations finished")
+EVALUATION_RETURN = Gauge("kuberl_evaluation_return_mean", "Return mean of the latest evaluation's episodes")
+EVALUATION_ITERATION = Gauge("kuberl_evaluation_iteration", "Training iteration whose policy the latest evaluation played")
 REPLAY_SIZE = Gauge("kuberl_replay_size", "Transitions held per replay shard", ["shard"])
 CHECKPOINT_SECONDS = Histogram(
     "kuberl_checkpoint_duration_seconds", "Time to write one complete checkpoint",
@@ -48,3 +51,10 @@ def observe_result(result: dict[str, Any]) -> None:
         for shard, stats in replay.items():
             if isinstance(stats, dict) and isinstance(stats.get("size"), int | float):
                 REPLAY_SIZE.labels(shard=shard).set(stats["size"])
+
+
+def observe_evaluation(evaluation: dict[str, Any]) -> None:
+    EVALUATIONS.inc()
+    EVALUATION_ITERATION.set(evaluation.get("iteration", 0))
+    if isinstance(evaluation.get("returnMean"), int | float):
+        EVALUATION_RETURN.set(evaluation["returnMean"])

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from kuberl.trainer.run.evaluations import VIDEOS
 from kuberl.trainer.storage.base import ObjectStore, StorageError, open_store
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.storage.run import RunStorage
@@ -30,7 +31,27 @@ def report(uri: str, endpoint: str | None = None, png_path: str | Path | None = 
         raise StorageError(f"{store.uri}: no results.jsonl and no traces/ here; is this a run directory?")
     png = Path(png_path) if png_path else default_png_path(store)
     plot_learning_curve(results, episodes, png, title=store.uri)
-    return summarize(results, episodes, run_uri=store.uri) + f"\nlearning curve: {png}"
+    return (summarize(results, episodes, run_uri=store.uri) + evaluations_text(results)
+            + videos_text(store) + f"\nlearning curve: {png}")
+
+
+def evaluations_text(results: list[dict[str, Any]]) -> str:
+    """One line per evaluation in results.jsonl (the policy of which iteration, its return)."""
+    found = [r["evaluation"] for r in results if isinstance(r.get("evaluation"), dict)]
+    if not found:
+        return ""
+    lines = [f"\nevaluations: {len(found)}"]
+    lines += [f"  iteration {e.get('iteration')}: return mean {_fmt(e.get('returnMean'), '.2f')} "
+              f"(std {_fmt(e.get('returnStd'), '.2f')}, {e.get('episodes')} episodes)" for e in found]
+    return "\n".join(lines)
+
+
+def videos_text(store: ObjectStore) -> str:
+    """The run's evaluation videos (videos/*.mp4), by URI."""
+    videos = [key for key in store.list(f"{VIDEOS}/") if key.endswith(".mp4")]
+    if not videos:
+        return ""
+    return "\n".join([f"\nvideos: {len(videos)}", *(f"  {store.url(key)}" for key in videos)])
 
 
 def default_png_path(store: ObjectStore) -> Path:

@@ -1,100 +1,145 @@
-"""Environments: a Gymnasium id or a user's "package.module:Class", single or vectorised.
+"""Environments: a Gymnasium id or a user's "package.module:Class", preprocessed, single or vectorised.
 
-Vector envs use Gymnasium's own fast vector implementation where the env has
-one (CartPole's `vector_entry_point` steps all copies in one numpy call), and
-a SyncVectorEnv of single envs otherwise.
+`env_ids` says what an id names; `atari` is the `preprocessing: atari` preset; `wrappers`
+applies `env.wrappers`. Vector envs use Gymnasium's own fast vector implementation where a
+Gymnasium env has one and nothing wraps it (CartPole's `vector_entry_point` steps all copies in
+one numpy call), and a SyncVectorEnv of single envs otherwise.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from kuberl.trainer.sampling.atari import atari_preset, is_atari
+from kuberl.trainer.sampling.env_ids import (
+    EnvNotFound,
+    gym_spec,
+    import_env_class,
+    import_module,
+    missing_package_hint,
+    parse_env_id,
+)
+from kuberl.trainer.sampling.wrappers import WrapperSettings, apply_wrappers
 
-class EnvNotFound(ValueError):
-    """The env id names nothing Gymnasium knows and no importable class."""
+Preprocessing = Literal["none", "atari"]
 
 
-def is_class_path(env_id: str) -> bool:
-    return ":" in env_id
+class PreprocessingError(ValueError):
+    """`env.preprocessing` does not fit the env (atari on a non-ALE env, a frameskip it would repeat)."""
 
 
-def import_env_class(env_id: str) -> type:
-    """Import "package.module:Class"; raises EnvNotFound with the reason."""
-    module_name, _, class_name = env_id.partition(":")
-    if not module_name or not class_name:
-        raise EnvNotFound(f"{env_id!r}: expected package.module:Class")
+@dataclass(frozen=True)
+class EnvSettings:
+    """Everything that builds one env: `spec.env` in a picklable form."""
+
+    id: str
+    config: dict[str, Any] = field(default_factory=dict)
+    preprocessing: Preprocessing = "none"
+    wrappers: tuple[WrapperSettings, ...] = ()
+
+    @classmethod
+    def from_spec(cls, env: Any) -> EnvSettings:
+        """From the API's EnvSpec."""
+        wrappers = tuple(WrapperSettings(w.name, dict(w.kwargs)) for w in getattr(env, "wrappers", []))
+        return cls(env.id, dict(env.config), getattr(env, "preprocessing", "none"), wrappers)
+
+
+def _make_base(settings: EnvSettings) -> gym.Env:
+    config = dict(settings.config)
+    parsed = parse_env_id(settings.id)
+    if parsed.kind == "class":
+        return import_env_class(settings.id)(**config)
+    registered = gym_spec(settings.id)
+    if settings.preprocessing == "atari":
+        if not str(registered.entry_point).startswith("ale_py"):
+            raise PreprocessingError(f"preprocessing atari needs an ALE env (such as ALE/Pong-v5), not {settings.id!r}")
+        if "frameskip" in config:
+            raise PreprocessingError("preprocessing atari skips 4 frames itself; leave frameskip out of spec.env.config")
+        config["frameskip"] = 1
     try:
-        module = importlib.import_module(module_name)
+        return gym.make(parsed.name, **config)
     except ImportError as exc:
-        raise EnvNotFound(f"{env_id!r}: cannot import module {module_name!r} ({exc})") from None
-    env_class = getattr(module, class_name, None)
-    if env_class is None:
-        raise EnvNotFound(f"{env_id!r}: module {module_name!r} has no attribute {class_name!r}")
-    if not isinstance(env_class, type) or not issubclass(env_class, gym.Env):
-        raise EnvNotFound(f"{env_id!r}: {class_name} is not a gymnasium.Env subclass")
-    return env_class
+        raise EnvNotFound(f"{settings.id!r} cannot be created: {exc}: {missing_package_hint(exc)}") from None
+    except gym.error.DependencyNotInstalled as exc:
+        raise EnvNotFound(f"{settings.id!r} cannot be created: {exc}") from None
 
 
-def gym_spec(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec of a Gymnasium id; raises EnvNotFound with a suggestion."""
-    try:
-        return gym.spec(env_id)
-    except gym.error.Error as exc:
-        raise EnvNotFound(f"unknown Gymnasium env id {env_id!r} ({exc})") from None
+def make_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None, *,
+             training: bool = True) -> gym.Env:
+    """One environment instance; training=False leaves out what only the learner wants (atari: episodic
+    life and reward clipping), so that evaluation plays and scores whole games."""
+    settings = env_id if isinstance(env_id, EnvSettings) else EnvSettings(env_id, dict(env_config or {}))
+    env = _make_base(settings)
+    if settings.preprocessing == "atari":
+        if not is_atari(env):
+            env.close()
+            raise PreprocessingError(f"preprocessing atari needs an ALE env (such as ALE/Pong-v5), not {settings.id!r}")
+        env = atari_preset(env, training=training)
+    return apply_wrappers(env, settings.wrappers)
 
 
-def make_env(env_id: str, env_config: dict[str, Any] | None = None) -> gym.Env:
-    """One environment instance."""
-    config = dict(env_config or {})
-    if is_class_path(env_id):
-        return import_env_class(env_id)(**config)
-    gym_spec(env_id)
-    return gym.make(env_id, **config)
-
-
-def env_creator(env_id: str, env_config: dict[str, Any] | None = None) -> Callable[[], gym.Env]:
-    config = dict(env_config or {})
-    return lambda: make_env(env_id, config)
+def env_creator(settings: EnvSettings) -> Callable[[], gym.Env]:
+    return lambda: make_env(settings)
 
 
 @dataclass(frozen=True)
 class EnvSpaces:
     observation_space: gym.Space
     action_space: gym.Space
+    frame_stack: int = 1  # k when observations are FrameStackObservation stacks (replay stores single frames)
 
 
-def env_spaces(env_id: str, env_config: dict[str, Any] | None = None) -> EnvSpaces:
+def env_spaces(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None) -> EnvSpaces:
+    from kuberl.trainer.replay.frames import frame_stack_depth
+
     env = make_env(env_id, env_config)
     try:
-        return EnvSpaces(env.observation_space, env.action_space)
+        return EnvSpaces(env.observation_space, env.action_space, frame_stack_depth(env))
     finally:
         env.close()
 
 
-def make_vector_env(env_id: str, env_config: dict[str, Any] | None, num_envs: int) -> gym.vector.VectorEnv:
+def _native_vector(settings: EnvSettings) -> bool:
+    """Gymnasium's own vector implementation fits: a Gymnasium env of Gymnasium's, nothing wrapped.
+
+    (ALE registers a vector entry point too, but it preprocesses on its own terms.)"""
+    if parse_env_id(settings.id).kind != "gymnasium" or settings.preprocessing != "none" or settings.wrappers:
+        return False
+    entry = gym_spec(settings.id).vector_entry_point
+    return isinstance(entry, str) and entry.startswith("gymnasium.")
+
+
+def make_vector_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None,
+                    num_envs: int = 1) -> gym.vector.VectorEnv:
     """`num_envs` copies of the env stepped together.
 
     The result autoresets either on the next step (Gymnasium's native vector
     envs) or in the same step with `final_obs` in the info (the sync
     fallback); `autoreset_mode(env)` says which, and the rollout worker handles both.
     """
-    config = dict(env_config or {})
-    if not is_class_path(env_id) and gym_spec(env_id).vector_entry_point is not None:
+    settings = env_id if isinstance(env_id, EnvSettings) else EnvSettings(env_id, dict(env_config or {}))
+    if _native_vector(settings):
         try:
-            return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **config)
+            return gym.make_vec(parse_env_id(settings.id).name, num_envs=num_envs,
+                                vectorization_mode="vector_entry_point", **settings.config)
         except TypeError:
             pass  # env.config holds a keyword only the single env takes
     return gym.vector.SyncVectorEnv(
-        [env_creator(env_id, config) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP
+        [env_creator(settings) for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP
     )
 
 
 def autoreset_mode(env: gym.vector.VectorEnv) -> AutoresetMode:
     mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     return AutoresetMode(mode) if isinstance(mode, str) else mode
+
+
+__all__ = [
+    "EnvNotFound", "EnvSettings", "EnvSpaces", "PreprocessingError", "autoreset_mode", "env_creator",
+    "env_spaces", "gym_spec", "import_env_class", "import_module", "make_env", "make_vector_env",
+]

@@ -1,4 +1,5 @@
-"""The policies rollout workers run: PPO's actor in numpy, and epsilon-greedy over a Q-network.
+"""The policies rollout workers run: PPO's actor (in numpy for vectors, in torch on the CPU for
+images), epsilon-greedy over a Q-network, and IMPALA's policy head.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
 and loads the numpy weights the learner publishes.
@@ -12,10 +13,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.models.mlp import obs_size
+from kuberl.api.hyperparams import CommonParams, DQNParams
+from kuberl.trainer.learning.device import configure_cpu_threads, obs_tensor
+from kuberl.trainer.models.actor_critic import Actor
+from kuberl.trainer.models.encoders import EncoderSpec, is_image_space
 from kuberl.trainer.models.numpy_mlp import NumpyMLP
-from kuberl.trainer.models.q_network import QNetwork
+from kuberl.trainer.models.policy_value import PolicyHead
+from kuberl.trainer.models.q_network import QNetwork, q_network
 from kuberl.trainer.models.weights import load_weights
 
 
@@ -53,6 +57,54 @@ class PPOSamplingPolicy:
         return actions.astype(np.float32), {"logp": logp.astype(np.float32)}
 
 
+class TorchPPOPolicy:
+    """The actor in torch on the CPU, for image observations (a conv net is no job for numpy)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, encoder: EncoderSpec):
+        configure_cpu_threads()  # in a Ray actor too: many small conv calls run fastest on one thread
+        torch.manual_seed(seed)
+        self.actor = Actor(observation_space, action_space, encoder.hidden, encoder.activation, encoder).eval()
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.actor, weights)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        with torch.no_grad():
+            out = self.actor.net(obs_tensor(obs))
+            if self.actor.discrete:
+                log_probs = torch.log_softmax(out, dim=-1)
+                if explore:
+                    actions = torch.multinomial(log_probs.exp(), 1, generator=self.generator).squeeze(-1)
+                else:
+                    actions = log_probs.argmax(-1)
+                logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+            else:
+                std = self.actor.log_std.exp()
+                noise = torch.randn(out.shape, generator=self.generator) if explore else torch.zeros_like(out)
+                actions = out + std * noise
+                logp, _ = self.actor.log_prob_entropy_of(out, actions)
+        dtype = np.int64 if self.actor.discrete else np.float32
+        return actions.numpy().astype(dtype), {"logp": logp.numpy().astype(np.float32)}
+
+
+@dataclass(frozen=True)
+class PPOPolicyFactory:
+    """Builds a worker's PPO policy: numpy for vector observations, torch for images; pickles to Ray actors."""
+
+    encoder: EncoderSpec
+
+    @classmethod
+    def from_params(cls, params: CommonParams) -> PPOPolicyFactory:
+        return cls(EncoderSpec.from_params(params))
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space,
+                 seed: int) -> PPOSamplingPolicy | TorchPPOPolicy:
+        if is_image_space(observation_space):
+            return TorchPPOPolicy(observation_space, action_space, seed, encoder=self.encoder)
+        return PPOSamplingPolicy(observation_space, action_space, seed, activation=self.encoder.activation)
+
+
 class QPolicy:
     """Epsilon-greedy over a CPU copy of the Q-network; keeps Q(s, a) of each action for local priorities."""
 
@@ -71,7 +123,7 @@ class QPolicy:
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return self.network(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+            return self.network(obs_tensor(obs)).numpy()
 
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         q = self.q_values(obs)
@@ -87,15 +139,41 @@ class QPolicy:
 class QPolicyFactory:
     """Builds a worker's QPolicy; a plain dataclass so that it pickles to Ray actors."""
 
-    hidden: tuple[int, ...]
-    activation: str
+    encoder: EncoderSpec
     dueling: bool
 
     @classmethod
     def from_params(cls, params: DQNParams) -> QPolicyFactory:
-        return cls(tuple(params.hidden), params.activation, params.dueling)
+        return cls(EncoderSpec.from_params(params), params.dueling)
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> QPolicy:
         torch.manual_seed(seed)
-        network = QNetwork(obs_size(observation_space), int(action_space.n), self.hidden, self.activation, self.dueling)
+        network = q_network(observation_space, action_space, self.encoder, self.dueling)
         return QPolicy(network, int(action_space.n), seed)
+
+
+class PolicyHeadSampler:
+    """IMPALA's and APPO's behaviour policy: a CPU copy of the learner's PolicyHead; keeps each action's log-prob."""
+
+    def __init__(self, head: PolicyHead):
+        self.head = head.eval()
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.head, weights)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        with torch.no_grad():
+            actions, logp = self.head.sample(torch.as_tensor(obs), explore)
+        return actions.numpy(), {"logp": logp.numpy().astype(np.float32)}
+
+
+@dataclass(frozen=True)
+class PolicyHeadFactory:
+    """Builds a worker's PolicyHeadSampler; a plain dataclass so that it pickles to Ray actors."""
+
+    encoder: EncoderSpec
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> PolicyHeadSampler:
+        configure_cpu_threads()
+        torch.manual_seed(seed)
+        return PolicyHeadSampler(PolicyHead(observation_space, action_space, self.encoder))

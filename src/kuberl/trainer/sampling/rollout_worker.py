@@ -6,8 +6,9 @@ Workers know nothing about any algorithm: they take a `Policy` built by a
 picklable factory (PPO's samples with log-probs, DQN's with epsilon-greedy).
 
 A sample batch holds numpy arrays shaped [T, N, ...] (T = fragment_length, N =
-envs): obs, actions, rewards, terminateds, truncateds, next_obs (the real
-next observation, also at episode ends), valid (False on the step in which a
+envs): obs (float32, or the env's own integer dtype: uint8 images stay uint8),
+actions, rewards, terminateds, truncateds, next_obs (the real next
+observation, also at episode ends), valid (False on the step in which a
 native vector env resets an env: no transition happened there), plus the
 policy's extras (PPO: logp).
 """
@@ -23,8 +24,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.sampling.envs import autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.atari import game_scores
+from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
+from kuberl.trainer.sampling.wrappers import WrapperSettings
 
 
 class Policy(Protocol):
@@ -51,6 +54,17 @@ class WorkerConfig:
     experiment: str = ""
     seed: int | None = None
     record_steps: bool = False
+    preprocessing: str = "none"  # spec.env.preprocessing
+    wrappers: tuple[WrapperSettings, ...] = ()  # spec.env.wrappers
+
+    @property
+    def env(self) -> EnvSettings:
+        return EnvSettings(self.env_id, dict(self.env_config), self.preprocessing, self.wrappers)  # type: ignore[arg-type]
+
+    @property
+    def scores_games(self) -> bool:
+        """The env reports whole games' scores in info (atari: an episode for the learner is one life)."""
+        return self.preprocessing == "atari"
 
 
 @dataclass
@@ -64,6 +78,12 @@ class SampleBatch:
     sample_seconds: float = 0.0
 
 
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype observations travel and are stored in: integers (uint8 images) keep theirs, others float32."""
+    dtype = np.dtype(dtype)
+    return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
+
+
 def worker_seed(seed: int | None, worker_index: int) -> int | None:
     return None if seed is None else seed + 1000 * worker_index
 
@@ -72,7 +92,7 @@ class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
-        self.env = make_vector_env(config.env_id, config.env_config, config.num_envs)
+        self.env = make_vector_env(config.env, num_envs=config.num_envs)
         self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
         obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -118,8 +138,10 @@ class RolloutWorker:
         started = time.perf_counter()
         T, N = self.config.fragment_length, self.config.num_envs
         obs_shape = self.obs.shape[1:]
-        obs_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
-        next_buf = np.empty((T, N, *obs_shape), dtype=np.float32)
+        # Observations keep their own dtype (uint8 frames); they become float on the device that uses them.
+        obs_dtype = stored_dtype(self.obs.dtype)
+        obs_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
+        next_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
         rewards = np.empty((T, N), dtype=np.float32)
         terminateds = np.empty((T, N), dtype=bool)
         truncateds = np.empty((T, N), dtype=bool)
@@ -151,7 +173,7 @@ class RolloutWorker:
 
             if self.same_step_reset and done.any():
                 # The env already reset; the transition's real next obs is in the info.
-                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(np.float32)
+                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(obs_dtype)
                 next_buf[t][done] = self.filter(final, update=False)
 
             self.episode_return += np.where(step_valid, reward, 0.0)
@@ -162,7 +184,7 @@ class RolloutWorker:
                         {"obs": self.raw_obs[i].tolist(), "action": actions[i].tolist(), "reward": float(reward[i])}
                     )
             if done.any():
-                episodes.extend(self._finish_episodes(np.flatnonzero(done)))
+                episodes.extend(self._finish_episodes(done, info))
             if not self.same_step_reset:
                 reset_now = self.resetting
                 self.resetting = done
@@ -180,7 +202,15 @@ class RolloutWorker:
             sample_seconds=time.perf_counter() - started,
         )
 
-    def _finish_episodes(self, indices: np.ndarray) -> list[dict[str, Any]]:
+    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any]) -> list[dict[str, Any]]:
+        """Episode records of the envs that finished one. An env that scores games ends an episode only
+        with the game (not with a life), and its record holds the game's unclipped score."""
+        indices = np.flatnonzero(done)
+        if self.config.scores_games:
+            ended, returns, lengths = game_scores(info, done)
+            indices = np.flatnonzero(ended)
+            self.episode_return[indices] = returns[indices]
+            self.episode_length[indices] = lengths[indices]
         now = time.time()
         records = []
         for i in indices:

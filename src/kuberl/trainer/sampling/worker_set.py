@@ -19,12 +19,13 @@ class WorkerSet:
     """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
-                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
+                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3, spread: bool = False):
         self.config = config
         self.policy_factory = policy_factory
         self.num_workers = num_workers
         self.num_cpus_per_worker = num_cpus_per_worker
         self.max_sample_attempts = max_sample_attempts
+        self.spread = spread  # place the actors on as many nodes as there are
         self.restarts = 0
         self.local_worker: RolloutWorker | None = None
         self.actors: list[Any] = []
@@ -42,8 +43,9 @@ class WorkerSet:
     def _new_actor(self, worker_index: int) -> Any:
         import ray
 
+        placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
         actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
-                                                        **ACTOR_OPTIONS)
+                                                        **placement, **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
 
     def replace(self, position: int) -> None:

@@ -4,7 +4,8 @@ A checkpoint exists only once its manifest is written and every file matches
 the manifest (size and sha256), so a crash at any point leaves either the
 previous checkpoint or the new one, never a torn one. `latest` names the newest
 complete checkpoint and carries the writer's attempt: a writer from an older
-attempt (a zombie head) never moves it.
+attempt (a zombie head) never moves it. `best` (with checkpoint.keepBest) names the
+checkpoint with the best evaluation return; retention never deletes the one it names.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 LATEST = f"{CHECKPOINTS}/latest"
+BEST = f"{CHECKPOINTS}/best"
 FORMAT_VERSION = 1
 FILE_CONCURRENCY = 4
 _DIR_RE = re.compile(r"^\d{6,}$")
@@ -284,11 +286,39 @@ def _move_latest(store: ObjectStore, info: CheckpointInfo) -> None:
     store.put_bytes(LATEST, json.dumps(body).encode())
 
 
+def read_best_pointer(store: ObjectStore) -> dict[str, Any] | None:
+    """`checkpoints/best`: {checkpoint, iteration, timesteps, attempt, evaluationReturnMean}, or None."""
+    try:
+        pointer = json.loads(store.get_bytes(BEST))
+        return {**pointer, "checkpoint": str(pointer["checkpoint"]), "iteration": int(pointer["iteration"]),
+                "evaluationReturnMean": float(pointer["evaluationReturnMean"])}
+    except NotFound:
+        return None
+    except (ValueError, KeyError, TypeError):
+        log.warning("%s: unreadable `best` pointer, ignored", store.url(BEST))
+        return None
+
+
+def write_best(store: ObjectStore, iteration: int, files: dict[str, bytes], *, timesteps: int, score: float,
+               attempt: int = 0, before_manifest: Callable[[], object] | None = None) -> CheckpointInfo:
+    """Point `best` at the checkpoint of `iteration` (writing it first from `files` when retention
+    deleted it or it was never written); `latest` only moves forward, so an older one leaves it be."""
+    info = _complete(store, checkpoint_key(iteration))
+    if info is None:
+        info = write_checkpoint(store, iteration, files, timesteps=timesteps, attempt=attempt,
+                                before_manifest=before_manifest)
+    _fence(store, attempt, iteration)
+    body = {"checkpoint": info.key.rsplit("/", 1)[1], "iteration": info.iteration, "timesteps": info.timesteps,
+            "attempt": attempt, "evaluationReturnMean": score}
+    store.put_bytes(BEST, json.dumps(body).encode())
+    return info
+
+
 def apply_retention(store: ObjectStore, keep: int) -> list[str]:
     """Delete complete checkpoints beyond the newest `keep`, and partial ones older than the newest complete.
 
     Partial checkpoints newer than the newest complete one may be in progress and stay.
-    The one `latest` names always stays. Returns the deleted checkpoint keys.
+    The ones `latest` and `best` name always stay. Returns the deleted checkpoint keys.
     """
     if keep < 1:
         raise ValueError("keep must be >= 1")
@@ -297,8 +327,10 @@ def apply_retention(store: ObjectStore, keep: int) -> list[str]:
         return []
     pointer = _read_latest_pointer(store)
     protected = {c.key for c in complete[-keep:]}
-    if pointer is not None:
-        protected.add(f"{CHECKPOINTS}/{pointer['checkpoint']}")
+    best = read_best_pointer(store)
+    for named in (pointer, best):
+        if named is not None:
+            protected.add(f"{CHECKPOINTS}/{named['checkpoint']}")
     newest = complete[-1].iteration
     complete_keys = {c.key for c in complete}
     doomed = []
@@ -346,6 +378,8 @@ class CheckpointWriter:
         self.fenced = False
         self.failures = 0
         self._pending: tuple[int, dict[str, bytes], int] | None = None
+        self._best: tuple[int, dict[str, bytes], int, float] | None = None  # newest best waiting to be marked
+        self.best: CheckpointInfo | None = None
         self._in_flight: int | None = None
         self._closed = False
         self._cond = threading.Condition()
@@ -365,16 +399,29 @@ class CheckpointWriter:
             self._cond.notify_all()
             return True
 
+    def submit_best(self, iteration: int, files: dict[str, bytes], timesteps: int, score: float) -> bool:
+        """Point `checkpoints/best` at iteration's checkpoint (written from `files` if it is not there);
+        a newer best submitted before this one is done replaces it."""
+        with self._cond:
+            if self._closed or self.fenced:
+                return False
+            self._best = (iteration, files, timesteps, score)
+            self._cond.notify_all()
+            return True
+
+    def _waiting(self) -> bool:
+        return self._pending is not None or self._best is not None or self._in_flight is not None
+
     @property
     def busy(self) -> bool:
         with self._cond:
-            return self._pending is not None or self._in_flight is not None
+            return self._waiting()
 
     def wait(self, timeout: float | None = None) -> CheckpointInfo | None:
         """Wait until nothing is pending or in flight (or the timeout); returns the last written."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while (self._pending is not None or self._in_flight is not None) and not self.fenced:
+            while self._waiting() and not self.fenced:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
@@ -390,30 +437,43 @@ class CheckpointWriter:
         self._thread.join(timeout=5)
         return last
 
-    def _next(self) -> tuple[int, dict[str, bytes], int] | None:
+    def _next(self) -> tuple[str, tuple] | None:
         with self._cond:
-            while self._pending is None and not self._closed:
+            while self._pending is None and self._best is None and not self._closed:
                 self._cond.wait()
-            if self._pending is None:
-                return None
-            job, self._pending = self._pending, None
-            self._in_flight = job[0]
-            return job
+            if self._pending is not None:
+                job, self._pending = self._pending, None
+                self._in_flight = job[0]
+                return "checkpoint", job
+            if self._best is not None:
+                best, self._best = self._best, None
+                self._in_flight = best[0]
+                return "best", best
+            return None
+
+    def _write(self, kind: str, job: tuple) -> CheckpointInfo:
+        if kind == "best":
+            iteration, files, timesteps, score = job
+            return write_best(self.store, iteration, files, timesteps=timesteps, score=score, attempt=self.attempt,
+                              before_manifest=self.before_commit)
+        iteration, files, timesteps = job
+        return write_checkpoint(self.store, iteration, files, timesteps=timesteps, attempt=self.attempt,
+                                before_manifest=self.before_commit)
 
     def _run(self) -> None:
         failures = 0  # in a row, across checkpoints: a newer checkpoint does not reset the backoff
-        while (job := self._next()) is not None:
-            iteration, files, timesteps = job
+        while (next_job := self._next()) is not None:
+            kind, job = next_job
+            iteration = job[0]
             while True:
                 started = time.monotonic()
                 try:
-                    info = write_checkpoint(self.store, iteration, files, timesteps=timesteps,
-                                            attempt=self.attempt, before_manifest=self.before_commit)
+                    info = self._write(kind, job)
                 except FencedError as e:
                     log.error("%s", e)
                     with self._cond:
                         self.fenced, self.last_error = True, e
-                        self._pending, self._in_flight = None, None
+                        self._pending, self._best, self._in_flight = None, None, None
                         self._cond.notify_all()
                     return
                 except Exception as e:  # noqa: BLE001 - any store failure is retried
@@ -421,29 +481,37 @@ class CheckpointWriter:
                     self.failures += 1
                     self.last_error = e
                     log.warning("checkpoint %d: write failed (%s); retry %d", iteration, e, failures)
-                    if self._wait_before_retry(failures):
+                    if self._wait_before_retry(failures, kind):
                         break  # a newer checkpoint replaces this one, or the writer closed
                     continue
                 failures = 0
-                self.last_duration_seconds = time.monotonic() - started
-                self._finish(info)
+                if kind == "best":
+                    self.best = info
+                    self._retain()
+                else:
+                    self.last_duration_seconds = time.monotonic() - started
+                    self._finish(info)
                 break
             with self._cond:
                 self._in_flight = None
                 self._cond.notify_all()
 
-    def _wait_before_retry(self, failures: int) -> bool:
+    def _wait_before_retry(self, failures: int, kind: str = "checkpoint") -> bool:
         """Sleep the backoff (a submit does not cut it short: the store is still failing; a close does);
         True when this write should be given up for a newer pending one, or because the writer closed."""
         with self._cond:
             self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures, cap=self.max_backoff_seconds))
-            return self._pending is not None or self._closed
+            newer = self._best if kind == "best" else self._pending
+            return newer is not None or self._closed
 
-    def _finish(self, info: CheckpointInfo) -> None:
+    def _retain(self) -> None:
         try:
             apply_retention(self.store, self.keep)
         except Exception as e:  # noqa: BLE001 - retention is retried after the next checkpoint
             log.warning("checkpoint retention failed: %s", e)
+
+    def _finish(self, info: CheckpointInfo) -> None:
+        self._retain()
         with self._cond:
             self.last = info
             self.last_error = None

@@ -1,0 +1,2 @@
+"""Evaluation: whole episodes with the learner's policy, in the learner's process or on Ray actors,
+summarised for results.jsonl, optionally with a video of one episode."""

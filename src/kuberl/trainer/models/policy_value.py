@@ -1,0 +1,64 @@
+"""IMPALA's and APPO's network: a policy head and a value head, each on an encoder from the models factory.
+
+Discrete actions get Categorical logits; Box actions a Gaussian with a state-independent log-std (the
+env clips what it is given). The actor and the critic have separate encoders: steadier on small control
+tasks, and the global-norm gradient clip then never lets the value loss shrink the policy's step.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Normal
+
+from kuberl.trainer.models.actor_critic import log_prob_entropy
+from kuberl.trainer.models.encoders import EncoderSpec, build_encoder
+from kuberl.trainer.models.mlp import layer
+
+
+class PolicyHead(nn.Module):
+    """Encoder + the action distribution's inputs."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
+        super().__init__()
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        self.encoder = build_encoder(observation_space, encoder)
+        self.out = layer(self.encoder.out_features, n_out, 0.01)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.out(self.encoder(obs))
+
+    def distribution(self, inputs: torch.Tensor) -> Distribution:
+        if self.discrete:
+            return Categorical(logits=inputs)
+        return Normal(inputs, self.log_std.exp().expand_as(inputs))
+
+    def log_prob_entropy(self, inputs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(a|s) and the entropy, from the distribution's inputs."""
+        return log_prob_entropy(inputs, actions, None if self.discrete else self.log_std)
+
+    def sample(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities; without exploration the mode."""
+        inputs = self(obs)
+        if explore:
+            actions = self.distribution(inputs).sample()
+        else:
+            actions = inputs.argmax(-1) if self.discrete else inputs
+        logp, _ = self.log_prob_entropy(inputs, actions)
+        return actions, logp
+
+
+class PolicyValueNet(nn.Module):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
+        super().__init__()
+        self.policy = PolicyHead(observation_space, action_space, encoder)
+        self.critic_encoder = build_encoder(observation_space, encoder)
+        self.critic_out = layer(self.critic_encoder.out_features, 1, 1.0)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic_out(self.critic_encoder(obs)).squeeze(-1)

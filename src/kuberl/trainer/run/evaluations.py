@@ -1,0 +1,103 @@
+"""The run's evaluations: launched from the training loop, reported into results.jsonl, the live
+status, the metrics, the callbacks, videos/ and the best checkpoint.
+
+An evaluation's result goes under `evaluation` on the results line of the iteration in which it
+finished (with `iteration` and `timesteps` naming the policy it evaluated: with workers: 0 that is
+the same line). When training stops, the last iteration is evaluated too (unless it just was) and
+every running evaluation is awaited: the first finished one goes on the last line; should two
+finish there (an earlier one was still running, W > 0), the later gets a line of its own after it,
+holding iteration, timesteps, attempt and evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kuberl.trainer.evaluation.evaluator import Evaluation, Evaluator
+from kuberl.trainer.run import metrics
+from kuberl.trainer.storage.checkpoints import read_best_pointer
+
+if TYPE_CHECKING:
+    from kuberl.api.types import RLExperiment
+    from kuberl.trainer.algorithms.base import Algorithm
+    from kuberl.trainer.storage.background import BackgroundWriter
+    from kuberl.trainer.storage.base import ObjectStore
+    from kuberl.trainer.storage.checkpoints import CheckpointWriter
+
+log = logging.getLogger(__name__)
+
+VIDEOS = "videos"
+
+
+def video_key(iteration: int) -> str:
+    return f"{VIDEOS}/evaluation-{iteration:06d}.mp4"
+
+
+class RunEvaluations:
+    def __init__(self, experiment: RLExperiment, algo: Algorithm, *, store: ObjectStore,
+                 checkpoints: CheckpointWriter, background: BackgroundWriter,
+                 on_result: Callable[[dict[str, Any]], None],
+                 snapshot: Callable[[], dict[str, bytes]]) -> None:
+        spec = experiment.spec
+        assert spec.evaluation is not None
+        self.algo = algo
+        self.store = store
+        self.checkpoints = checkpoints
+        self.background = background
+        self.on_result = on_result  # the live status
+        self.keep_best = spec.checkpoint.keep_best
+        self.evaluator = Evaluator(spec.evaluation, algo, snapshot=snapshot if self.keep_best else None)
+        best = read_best_pointer(store) if self.keep_best else None
+        self.best_return: float | None = best["evaluationReturnMean"] if best else None
+        self._carried: list[Evaluation] = []  # finished, waiting for a line of their own
+
+    def step(self, result: dict[str, Any]) -> None:
+        """After a training iteration: start an evaluation if one is due; put a finished one on `result`."""
+        if self.evaluator.due(result["iteration"]):
+            self.evaluator.launch(result["iteration"], result["timesteps"])
+        finished = self._carried + self.evaluator.ready()
+        self._attach(result, finished[:1])
+        self._carried = finished[1:]
+
+    def finish(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+        """Training stops after `result`: evaluate its policy, wait for every evaluation; lines to add."""
+        if result["iteration"] != self.evaluator.last_iteration:
+            self.evaluator.launch(result["iteration"], result["timesteps"])
+        finished, self._carried = self._carried + self.evaluator.drain(), []
+        if "evaluation" in result:  # one finished in step() already
+            return [self._line(result, e) for e in finished]
+        self._attach(result, finished[:1])
+        return [self._line(result, e) for e in finished[1:]]
+
+    def _line(self, result: dict[str, Any], evaluation: Evaluation) -> dict[str, Any]:
+        line = {key: result[key] for key in ("iteration", "timesteps", "attempt") if key in result}
+        self._attach(line, [evaluation])
+        return line
+
+    def _attach(self, result: dict[str, Any], finished: list[Evaluation]) -> None:
+        for evaluation in finished:
+            self._report(evaluation)
+            result["evaluation"] = evaluation.summary
+
+    def _report(self, evaluation: Evaluation) -> None:
+        summary = evaluation.summary
+        if evaluation.video is not None:
+            key, data = video_key(evaluation.iteration), evaluation.video
+            summary["video"] = self.store.url(key)
+            self.background.submit(key, lambda: self.store.put_bytes(key, data))
+        metrics.observe_evaluation(summary)
+        self.on_result(summary)
+        score = evaluation.return_mean
+        if self.keep_best and score is not None and evaluation.state is not None and (
+            self.best_return is None or score > self.best_return
+        ):
+            self.best_return = score
+            self.checkpoints.submit_best(evaluation.iteration, evaluation.state, int(summary["timesteps"]), score)
+        self.algo.callbacks.on_evaluation_result(algorithm=self.algo, evaluation=summary)
+        log.info("evaluation of iteration %d: return mean %s over %d episodes", evaluation.iteration,
+                 f"{score:.2f}" if score is not None else "-", summary["episodes"])
+
+    def stop(self) -> None:
+        self.evaluator.stop()

@@ -1,0 +1,123 @@
+"""The GPU learner, where a CUDA GPU is visible to torch: PPO, DQN and Ape-X train on CUDA with pinned
+host memory, observations stay uint8 until they are on the GPU, and checkpoints written on the GPU
+restore on the CPU and the reverse. These run on a machine with a GPU (`pytest -m cuda`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kuberl.trainer.algorithms.apex import ApexDQNConfig
+from kuberl.trainer.algorithms.dqn import DQNConfig
+from kuberl.trainer.algorithms.ppo import PPOConfig
+from kuberl.trainer.learning.device import to_device
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+PIXELS = "kuberl_testing.pixel_env:PixelQuadrant-v0"
+SMALL_CONV = {"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}
+
+
+def _ppo(gpus: int, **training) -> PPOConfig:
+    config = (PPOConfig().environment(PIXELS).rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, minibatch_size=64, num_epochs=2, model=SMALL_CONV, **training)
+              .debugging(seed=4))
+    config.document["spec"]["learner"] = {"gpus": gpus, "bf16": bool(training.pop("bf16", False))}
+    config.document["spec"]["stop"] = {"iterations": 3}
+    return config
+
+
+def _dqn(gpus: int) -> DQNConfig:
+    config = (DQNConfig().environment(PIXELS).rollouts(workers=0, envs_per_worker=4, fragment_length=16)
+              .replay(capacity=2_000).training(learning_starts=64, train_batch_size=32, model=SMALL_CONV)
+              .debugging(seed=4))
+    config.document["spec"]["learner"] = {"gpus": gpus}
+    config.document["spec"]["stop"] = {"iterations": 3}
+    return config
+
+
+def test_to_device_pins_and_keeps_uint8_on_the_gpu():
+    frames = np.random.default_rng(0).integers(0, 256, (8, 4, 84, 84), dtype=np.uint8)
+    tensors = to_device({"obs": frames, "rewards": np.ones(8, np.float32)}, torch.device("cuda"))
+    assert tensors["obs"].device.type == "cuda" and tensors["obs"].dtype == torch.uint8
+    assert torch.equal(tensors["obs"].cpu(), torch.from_numpy(frames))
+
+
+def test_ppo_trains_on_cuda_and_its_checkpoint_restores_on_the_cpu(tmp_path):
+    algo = _ppo(1).build()
+    try:
+        assert all(p.device.type == "cuda" for p in algo.model.parameters())
+        for _ in range(3):
+            result = algo.train()
+        assert np.isfinite(result["learner"]["policyLoss"])
+        uri = algo.save(tmp_path / "gpu-run")
+        gpu_state = {k: v.cpu() for k, v in algo.model.state_dict().items()}
+    finally:
+        algo.stop()
+    cpu = _ppo(0).build()
+    try:
+        cpu.restore(uri)
+        assert all(p.device.type == "cpu" for p in cpu.model.parameters())
+        for key, value in cpu.model.state_dict().items():
+            assert torch.equal(value, gpu_state[key])
+        cpu.train()
+        back_uri = cpu.save(tmp_path / "cpu-run")
+    finally:
+        cpu.stop()
+    gpu = _ppo(1).build()
+    try:
+        gpu.restore(back_uri)  # and the reverse: written on the CPU, restored onto the GPU
+        assert all(p.device.type == "cuda" for p in gpu.model.parameters())
+        gpu.train()
+    finally:
+        gpu.stop()
+
+
+def test_ppo_trains_under_bf16_autocast_when_asked():
+    algo = _ppo(1, bf16=True).build()
+    try:
+        assert algo.spec.learner.bf16
+        result = algo.train()
+        assert np.isfinite(result["learner"]["policyLoss"])
+        assert all(p.dtype == torch.float32 for p in algo.model.parameters())  # weights stay float32
+    finally:
+        algo.stop()
+
+
+def test_dqn_trains_its_conv_q_network_on_cuda_and_restores_on_the_cpu(tmp_path):
+    algo = _dqn(1).build()
+    try:
+        assert next(algo.learner.online.parameters()).device.type == "cuda"
+        for _ in range(3):
+            result = algo.train()
+        assert result["learner"]["updates"] > 0 and result["learner"]["device"].startswith("cuda")
+        uri = algo.save(tmp_path / "run")
+    finally:
+        algo.stop()
+    cpu = _dqn(0).build()
+    try:
+        cpu.restore(uri)
+        assert next(cpu.learner.online.parameters()).device.type == "cpu"
+        assert cpu.learner.updates == result["learner"]["updates"]
+    finally:
+        cpu.stop()
+
+
+def test_apex_learner_actor_trains_on_cuda():
+    config = (ApexDQNConfig().environment("CartPole-v1").rollouts(workers=1, envs_per_worker=8, fragment_length=32)
+              .replay(shards=1, capacity=20_000).training(learning_starts=500, min_iteration_seconds=0.5)
+              .debugging(seed=4))
+    config.document["spec"]["learner"] = {"gpus": 1}
+    config.document["spec"]["stop"] = {"iterations": 6}
+    algo = config.build()
+    try:
+        result = {}
+        for _ in range(6):
+            result = algo.train()
+            if result["learner"].get("updates"):
+                break
+        assert result["learner"]["updates"] > 0
+        assert str(result["learner"]["device"]).startswith("cuda")
+    finally:
+        algo.stop()

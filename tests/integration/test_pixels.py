@@ -1,0 +1,134 @@
+"""Training from pixels on 2 cores: Pong with the Atari preset end to end for PPO and DQN (uint8 [4, 84, 84]
+observations through the pipeline, checkpoint and restore, `kuberl evaluate` reporting the game score), and
+a conv policy that learns a small image task in under a minute."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kuberl.trainer.algorithms.dqn import DQNConfig
+from kuberl.trainer.algorithms.ppo import PPOConfig
+from kuberl.trainer.models.encoders import ConvEncoder
+
+pytestmark = pytest.mark.slow
+
+PONG = """\
+apiVersion: kuberl.io/v1alpha1
+kind: RLExperiment
+metadata: {{name: pong-{algorithm}}}
+spec:
+  algorithm: {algorithm}
+  env: {{id: ALE/Pong-v5, preprocessing: atari}}
+  config: {config}
+  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 64}}
+  replay: {{capacity: 600}}
+  stop: {{timesteps: {timesteps}}}
+  checkpoint: {{everyIterations: 2, keep: 1}}
+"""
+SMALL_CONV = "model: {conv: [[16, 8, 4], [32, 4, 2]], hidden: [128]}"
+CONFIGS = {
+    "ppo": f"{{seed: 1, minibatchSize: 128, numEpochs: 1, {SMALL_CONV}}}",
+    "dqn": f"{{seed: 1, learningStarts: 256, trainBatchSize: 32, replayRatio: 0.0625, nStep: 3, {SMALL_CONV}}}",
+}
+
+
+def kuberl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kuberl.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize(("algorithm", "timesteps"), [("ppo", 768), ("dqn", 512)])
+def test_pong_from_pixels_trains_checkpoints_and_evaluates_the_game_score(algorithm, timesteps, tmp_path):
+    path = tmp_path / "pong.yaml"
+    path.write_text(PONG.format(algorithm=algorithm, config=CONFIGS[algorithm], timesteps=timesteps))
+    proc = kuberl("train", "-f", str(path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "kuberl-runs" / f"pong-{algorithm}"
+    lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert lines[-1]["timesteps"] >= timesteps
+    if algorithm == "dqn":
+        assert lines[-1]["learner"]["updates"] > 0
+    assert (run / "checkpoints" / "latest").exists()
+
+    proc = kuberl("evaluate", str(run), "--episodes", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    score = float(re.search(r"return mean (-?[\d.]+)", proc.stdout).group(1))
+    assert -21 <= score <= 21 and score == int(score), proc.stdout  # a whole game, unclipped points
+    length = float(re.search(r"length mean ([\d.]+)", proc.stdout).group(1))
+    assert length > 200, "one game of Pong, not one point of it"
+
+
+def _pong(config_class, **training):
+    config = (config_class().environment("ALE/Pong-v5", preprocessing="atari")
+              .rollouts(workers=0, envs_per_worker=2, fragment_length=16)
+              .training(model={"conv": [[16, 8, 4], [32, 4, 2]], "hidden": [64]}, **training).debugging(seed=2))
+    config.document["spec"]["stop"] = {"iterations": 1}
+    return config
+
+
+def test_frames_stay_uint8_until_the_learner_and_state_restores(tmp_path):
+    algo = _pong(PPOConfig, minibatch_size=16, num_epochs=1).build()
+    try:
+        assert algo.observation_space.shape == (4, 84, 84) and algo.observation_space.dtype == np.uint8
+        assert isinstance(algo.model.actor.net[0], ConvEncoder)
+        (batch,) = algo.workers.sample()
+        assert batch.data["obs"].dtype == np.uint8 and batch.data["obs"].shape == (16, 2, 4, 84, 84)
+        learner_batch = algo.postprocess([batch])
+        assert learner_batch["obs"].dtype == torch.uint8
+        algo.train()
+        uri = algo.save(tmp_path / "run")
+        obs = batch.data["obs"][0]
+        before = algo.compute_actions(obs)
+        restored = _pong(PPOConfig, minibatch_size=16, num_epochs=1).build()
+        try:
+            restored.restore(uri)
+            assert np.array_equal(restored.compute_actions(obs), before)
+            for key, value in algo.model.state_dict().items():
+                assert torch.equal(value, restored.model.state_dict()[key])
+        finally:
+            restored.stop()
+    finally:
+        algo.stop()
+
+
+def test_dqn_conv_q_network_acts_on_uint8_frames():
+    algo = _pong(DQNConfig, learning_starts=0, train_batch_size=8).build()
+    try:
+        assert isinstance(algo.learner.online.body, ConvEncoder)
+        result = algo.train()
+        assert result["learner"]["updates"] > 0
+        frame = np.zeros((4, 84, 84), np.uint8)
+        assert 0 <= algo.compute_single_action(frame) < 6
+    finally:
+        algo.stop()
+
+
+def test_a_conv_policy_learns_an_image_task_in_under_a_minute():
+    """PixelQuadrant-v0: name the quadrant of a square in a noisy 16x16 image; random scores 2 of 8."""
+    config = (PPOConfig().environment("kuberl_testing.pixel_env:PixelQuadrant-v0")
+              .rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, minibatch_size=64, num_epochs=4, entropy_coeff=0.01,
+                        model={"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}).debugging(seed=3))
+    config.document["spec"]["stop"] = {"timeSeconds": 60}
+    algo = config.build()
+    started = time.perf_counter()
+    try:
+        assert isinstance(algo.model.actor.net[0], ConvEncoder)
+        best = 0.0
+        while time.perf_counter() - started < 60 and best < 7.0:
+            result = algo.train()
+            if result["episodes"] >= 50:
+                best = max(best, result["episodeReturnMean"])
+        assert best >= 7.0, f"a 100-episode mean of {best} after {time.perf_counter() - started:.0f} s"
+        assert algo.evaluate(episodes=10)["episodeReturnMean"] >= 7.0
+    finally:
+        algo.stop()

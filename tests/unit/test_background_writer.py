@@ -1,0 +1,71 @@
+"""The background writer and the result sinks it feeds: in order, retried, never blocking the caller."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kuberl.trainer.run.sinks import ResultSinks
+from kuberl.trainer.storage.background import BackgroundWriter
+
+
+class FlakySink:
+    """Fails the first `failures` writes, then records; blocks while `gate` is closed."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.seen: list[int] = []
+        self.closed = False
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def write(self, result: dict) -> None:
+        self.gate.wait()
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("tracking server down")
+        self.seen.append(result["iteration"])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_failing_sink_is_retried_and_sees_every_result_in_order():
+    background = BackgroundWriter(max_backoff_seconds=0.05)
+    sink, healthy = FlakySink(failures=2), FlakySink()
+    sinks = ResultSinks([sink, healthy], background)
+    for i in range(1, 6):
+        sinks.write({"iteration": i})
+    sinks.close()
+    background.close(timeout=10)
+    assert sink.seen == healthy.seen == [1, 2, 3, 4, 5]
+    assert sink.closed and healthy.closed
+    assert background.failures == 2 and isinstance(background.last_error, ConnectionError)
+
+
+def test_submitting_never_waits_for_a_slow_job():
+    background = BackgroundWriter()
+    sink = FlakySink()
+    sink.gate.clear()  # the sink hangs
+    sinks = ResultSinks([sink], background)
+    started = time.perf_counter()
+    for i in range(100):
+        sinks.write({"iteration": i})
+    assert time.perf_counter() - started < 1.0
+    assert not background.wait(timeout=0.2)
+    sink.gate.set()
+    assert background.wait(timeout=10) and sink.seen == list(range(100))
+    background.close()
+
+
+def test_beyond_its_limit_the_oldest_jobs_are_dropped_and_counted():
+    background = BackgroundWriter(max_jobs=3)
+    gate = threading.Event()
+    done: list[int] = []
+    background.submit("blocker", gate.wait)
+    time.sleep(0.1)  # the blocker is running
+    for i in range(6):
+        background.submit(f"job {i}", lambda i=i: done.append(i))
+    gate.set()
+    background.close(timeout=10)
+    assert background.dropped == 3 and done == [3, 4, 5]  # the newest three waited; the running one finished

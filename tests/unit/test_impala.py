@@ -1,0 +1,92 @@
+"""IMPALA and APPO in-process (rollouts.workers: 0): iterations, lag figures, continuous actions, checkpoints,
+and the hyperparameters' validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kuberl.api.validation import ManifestError
+from kuberl.trainer.algorithms.appo import APPO, APPOConfig
+from kuberl.trainer.algorithms.config import config_class_for
+from kuberl.trainer.algorithms.impala import IMPALA, IMPALAConfig
+
+
+def _config(cls=APPOConfig, env: str = "CartPole-v1", **training):
+    return (cls().environment(env).rollouts(workers=0, envs_per_worker=4, fragment_length=32)
+            .training(min_iteration_seconds=0.2, train_batch_size=256, **training).debugging(seed=3))
+
+
+def test_registry_names_the_configs() -> None:
+    assert config_class_for("appo") is APPOConfig and config_class_for("impala") is IMPALAConfig
+    assert isinstance(_config().build(), APPO)
+    assert isinstance(_config(IMPALAConfig).build(), IMPALA)
+
+
+@pytest.mark.parametrize("cls", [APPOConfig, IMPALAConfig])
+def test_in_process_iterations_learn_and_report_lag(cls) -> None:
+    algo = _config(cls).build()
+    try:
+        results = [algo.train() for _ in range(3)]
+    finally:
+        algo.stop()
+    last = results[-1]
+    learner = last["learner"]
+    assert learner["updates"] > 0 and learner["updatesTotal"] == sum(r["learner"]["updates"] for r in results)
+    # In-process sampling waits for the learner: the lag is bounded by what the learner holds.
+    reuse, held = algo.params.batch_reuse, algo.params.buffer_batches
+    assert 0 <= learner["policyLagMean"] <= learner["policyLagMax"] <= reuse * held
+    assert learner["policyLagUpdatesMax"] == learner["policyLagMax"] * algo.params.broadcast_interval
+    assert last["iteration"] == 3 and last["timesteps"] > results[0]["timesteps"] > 0
+    assert np.isfinite([learner["policyLoss"], learner["valueLoss"], learner["entropy"]]).all()
+    assert last["sampler"]["workerRestarts"] == 0
+    assert last["policyVersion"] == learner["updatesTotal"] + 1  # broadcast every update, plus the first
+
+
+def test_continuous_actions_get_a_gaussian_policy() -> None:
+    algo = _config(env="Pendulum-v1").build()
+    try:
+        result = algo.train()
+        action = algo.compute_single_action(np.zeros(3, dtype=np.float32))
+        sampled = {float(algo.compute_single_action(np.zeros(3, dtype=np.float32), explore=True)[0])
+                   for _ in range(5)}
+    finally:
+        algo.stop()
+    assert result["learner"]["updates"] > 0
+    assert np.shape(action) == (1,) and len(sampled) == 5  # a sampled Gaussian, never the same twice
+
+
+def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> None:
+    algo = _config(observation_filter="mean_std").build()
+    try:
+        algo.train()
+        uri = algo.save(tmp_path)
+        obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+        expected = [algo.compute_single_action(o) for o in obs]
+        target = {k: v.clone() for k, v in algo.target_policy.state_dict().items()}
+        updates, timesteps = algo.updates, algo.timesteps
+    finally:
+        algo.stop()
+    fresh = _config(observation_filter="mean_std").build()
+    try:
+        fresh.restore(uri)
+        assert [fresh.compute_single_action(o) for o in obs] == expected
+        assert fresh.updates == updates and fresh.timesteps == timesteps
+        assert all((fresh.target_policy.state_dict()[k] == v).all() for k, v in target.items())
+        assert fresh.train()["learner"]["updatesTotal"] > updates
+    finally:
+        fresh.stop()
+
+
+@pytest.mark.parametrize(("field", "value"), [("clipParam", -0.1), ("rhoBar", 0), ("learnerQueueSize", 0),
+                                              ("batchReuse", 0), ("trainBatchSize", 0)])
+def test_bad_hyperparameters_name_their_field(field, value) -> None:
+    with pytest.raises(ManifestError) as info:
+        APPOConfig().environment("CartPole-v1").training(**{field: value}).validate()
+    assert [e.path for e in info.value.errors] == [f"spec.config.{field}"]
+
+
+def test_impala_refuses_appo_only_settings() -> None:
+    with pytest.raises(ManifestError) as info:
+        IMPALAConfig().environment("CartPole-v1").training(clip_param=0.3).validate()
+    assert [e.path for e in info.value.errors] == ["spec.config.clipParam"]
