@@ -12,13 +12,16 @@ import numpy as np
 import pytest
 
 from kuberl.cli import main
+from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.dqn import DQNConfig
 from kuberl.trainer.algorithms.ppo import PPOConfig
 from kuberl.trainer.export.formats import METADATA_KEY, TORCHSCRIPT_EXTRA_FILE, write_export
+from kuberl.trainer.models.encoders import ConvEncoder
 from kuberl.trainer.sampling.envs import make_env
 
-IMAGE_ENV = "kuberl_testing.image_env:BrightSide"
+IMAGE_ENV = "kuberl_testing.pixel_env:PixelQuadrant-v0"  # 1x16x16 uint8 images, 4 actions
+SMALL_CONV = {"conv": [[8, 4, 2], [16, 3, 2]], "hidden": [32]}
 
 # What each runner imports: only these packages (and their own dependencies) are on its sys.path.
 RUNNER_PACKAGES = {
@@ -98,8 +101,11 @@ CASES = {
     "dqn-cartpole": lambda: DQNConfig().environment("CartPole-v1").training(observation_filter="mean_std",
                                                                              learning_starts=64)
     .rollouts(envs_per_worker=4, fragment_length=32),
-    "dqn-pixels": lambda: DQNConfig().environment(IMAGE_ENV).training(learning_starts=32)
+    "dqn-pixels": lambda: DQNConfig().environment(IMAGE_ENV).training(learning_starts=32, model=SMALL_CONV)
     .rollouts(envs_per_worker=4, fragment_length=16),
+    "appo-cartpole": lambda: APPOConfig().environment("CartPole-v1")
+    .training(observation_filter="mean_std", min_iteration_seconds=0.5)
+    .rollouts(workers=1, envs_per_worker=4, fragment_length=32),
 }
 
 
@@ -129,14 +135,15 @@ def test_image_observations_go_in_as_uint8(tmp_path: Path) -> None:
 
     algo = trained(CASES["dqn-pixels"](), iterations=2)
     try:
+        assert any(isinstance(m, ConvEncoder) for m in algo.policy_module().modules())
         write_export(algo, "onnx", tmp_path / "policy.onnx")
     finally:
         algo.stop()
     session = ort.InferenceSession(str(tmp_path / "policy.onnx"))
     (given,) = session.get_inputs()
-    assert given.type == "tensor(uint8)" and given.shape[1:] == [1, 36, 36]
+    assert given.type == "tensor(uint8)" and given.shape[1:] == [1, 16, 16]
     meta = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "policy.onnx")).metadata_props}[METADATA_KEY])
-    assert meta["input"]["dtype"] == "uint8" and meta["output"]["action"] == {"type": "Discrete", "n": 2}
+    assert meta["input"]["dtype"] == "uint8" and meta["output"]["action"] == {"type": "Discrete", "n": 4}
 
 
 def test_continuous_actions_are_the_mean(tmp_path: Path) -> None:
