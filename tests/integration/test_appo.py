@@ -11,6 +11,7 @@ import pytest
 from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.impala import IMPALAConfig
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
+from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.sampling.policies import PolicyHeadFactory
 from kuberl.trainer.sampling.rollout_worker import WorkerConfig
 from kuberl_testing.fault_figures import report_figures
@@ -90,14 +91,14 @@ def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> 
     import ray
 
     config = WorkerConfig(env_id="CartPole-v1", num_envs=2, fragment_length=8, seed=4)
-    queue = FragmentQueue(config, PolicyHeadFactory((16,), "tanh"), 2, queue_size=3, requests_per_worker=2)
+    queue = FragmentQueue(config, PolicyHeadFactory(EncoderSpec((16,), "tanh")), 2, queue_size=3, requests_per_worker=2)
     try:
         from kuberl.trainer.models.policy_value import PolicyHead
         from kuberl.trainer.models.weights import state_dict_to_numpy
         from kuberl.trainer.sampling.envs import env_spaces
 
         spaces = env_spaces("CartPole-v1")
-        head = PolicyHead(spaces.observation_space, spaces.action_space, (16,), "tanh")
+        head = PolicyHead(spaces.observation_space, spaces.action_space, EncoderSpec((16,), "tanh"))
         queue.broadcast(state_dict_to_numpy(head), 1)
         deadline = time.monotonic() + 120  # two actors to start on a busy machine
         while len(queue.queue) < 3 and time.monotonic() < deadline:

@@ -103,6 +103,9 @@ class IMPALA(Algorithm):
     def worker_weights(self) -> dict[str, np.ndarray]:
         return state_dict_to_numpy(self.model.policy)
 
+    def evaluation_policy(self) -> tuple[PolicyHeadFactory, dict[str, np.ndarray]]:
+        return self.sampler.workers.policy_factory, self.worker_weights()
+
     def sync_weights(self) -> None:
         self.policy_version += 1
         self.published_at[self.policy_version] = self.updates
