@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kuberl.api.contract import ATTEMPT_ANNOTATION, EXPERIMENT_LABEL
 from kuberl.trainer.export.run_exports import RunExports
 from kuberl.trainer.tracking.tensorboard import TensorBoardSink
 
@@ -39,7 +40,7 @@ class RunTracking:
             from kuberl.trainer.tracking.mlflow_run import MLflowSink, flat_params
 
             settings = spec.tracking.mlflow
-            tags = {"kuberl.io/experiment": experiment.name, "kuberl.io/attempt": str(attempt),
+            tags = {EXPERIMENT_LABEL: experiment.name, ATTEMPT_ANNOTATION: str(attempt),
                     "kuberl.io/namespace": namespace or "", "kuberl.io/algorithm": spec.algorithm,
                     "kuberl.io/env": spec.env.id, "kuberl.io/run": store.uri}
             self.mlflow = MLflowSink(settings.uri, settings.experiment or experiment.name, store,
