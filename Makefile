@@ -18,13 +18,17 @@ $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,operator,dev]" -e ./testing
+	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,mlflow,operator,dev]" -e ./testing
 	touch $@
 
 install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools
 
-demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally
+DEMO_RUN := kuberl-runs/cartpole-ppo
+demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally, then plot its learning curve
 	$(BIN)/kuberl train -f examples/cartpole-ppo.yaml
+	$(BIN)/kuberl traces $(DEMO_RUN) --png $(DEMO_RUN)/learning-curve.png
+	@echo "watch it in TensorBoard: $(BIN)/kuberl tensorboard $(DEMO_RUN)"
+	@echo "learning curve:          $(DEMO_RUN)/learning-curve.png"
 
 test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q tests

@@ -32,6 +32,8 @@ examples:
   kuberl validate -f experiment.yaml
   kuberl evaluate kuberl-runs/cartpole-ppo --episodes 20
   kuberl traces kuberl-runs/cartpole-ppo --png curve.png
+  kuberl tensorboard kuberl-runs/cartpole-ppo
+  kuberl export kuberl-runs/cartpole-ppo --format onnx
 """
 
 
@@ -98,6 +100,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from kuberl.trainer.run.evaluate import export_checkpoint
+
+    print(export_checkpoint(args.checkpoint, args.format, out=args.out, endpoint=args.endpoint))
+    return 0
+
+
+def cmd_tensorboard(args: argparse.Namespace) -> int:
+    from kuberl.trainer.tracking.tensorboard import open_tensorboard
+
+    return open_tensorboard(args.run, endpoint=args.endpoint, directory=args.dir, port=args.port,
+                            print_only=args.print)
+
+
 def cmd_traces(args: argparse.Namespace) -> int:
     from kuberl.trainer.run.traces_report import report
 
@@ -148,6 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("export", help="write a checkpoint's greedy policy as an ONNX or TorchScript file")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="a run directory or checkpoints/N, local or s3://")
+    p.add_argument("--format", required=True, choices=["onnx", "torchscript"])
+    p.add_argument("--out", metavar="PATH", help="the file to write (default RUN-ITERATION.onnx or .pt here)")
+    p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("tensorboard", help="copy a run's TensorBoard event files here and start TensorBoard")
+    p.add_argument("run", metavar="RUN_URI", help="a run directory, local or s3://")
+    p.add_argument("--dir", metavar="DIR", help="where the event files go (default ./kuberl-tensorboard)")
+    p.add_argument("--port", type=int, default=6006)
+    p.add_argument("--print", action="store_true", help="copy the files and print the command instead of running it")
+    p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
+    p.set_defaults(func=cmd_tensorboard)
 
     p = sub.add_parser("traces", help="summarise a run's episode traces and plot its learning curve")
     p.add_argument("uri", metavar="URI", help="a run directory, local or s3://")

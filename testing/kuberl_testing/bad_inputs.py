@@ -135,6 +135,7 @@ class BadInput:
 
 C = BadInput
 _EVALUATION = {"evaluation": {"interval": 5}}  # a valid spec.evaluation the case changes one field of
+_MLFLOW = {"tracking": {"mlflow": {"uri": "http://mlflow.mlflow:5000"}}}  # a valid spec.tracking.mlflow
 _POD = [  # head and workers share the pod fields
     (MALFORMED, "cpu", "two", True),
     (WRONG_TYPE, "cpu", True, True),
@@ -288,6 +289,11 @@ CASES: tuple[BadInput, ...] = (
     C("checkpoint.keep", 1001, OUT_OF_RANGE, True),
     C("checkpoint.keepBest", "yes", WRONG_TYPE, True),
     C("checkpoint.keepBest", True, INCONSISTENT, False, note="needs spec.evaluation"),
+    C("checkpoint.export", ["pdf"], UNKNOWN_ENUM, True),
+    C("checkpoint.export", "onnx", WRONG_TYPE, True),
+    C("tracking.mlflow.uri", "mlflow:5000", MALFORMED, True),
+    C("tracking.mlflow.uri", DELETE, MISSING_REQUIRED, True, base=_MLFLOW),
+    C("tracking.mlflow.experiment", "", OUT_OF_RANGE, True, base=_MLFLOW),
     C("stop.evaluationReturnMean", "high", WRONG_TYPE, True),
     C("stop.evaluationReturnMean", 100, INCONSISTENT, False, note="needs spec.evaluation"),
     C("evaluation", 10, WRONG_TYPE, True),

@@ -94,8 +94,8 @@ def _runs(path: Path) -> list[str]:
 
 
 # The trainer images carry the video extra: evaluation videos are recorded in the trainer pod.
-@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator"), ("trainer.Dockerfile", "trainer,atari,mujoco,video"),
-                                             ("trainer-cuda.Dockerfile", "trainer,atari,mujoco,video")])
+@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator"), ("trainer.Dockerfile", "trainer,atari,mujoco,video,mlflow"),
+                                             ("trainer-cuda.Dockerfile", "trainer,atari,mujoco,video,mlflow")])
 def test_images_install_like_the_makefile(name, extra):
     runs = _runs(IMAGES / name)
     (install,) = [r for r in runs if "-c constraints.txt" in r]

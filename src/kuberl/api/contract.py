@@ -82,6 +82,7 @@ class TrainerStatus(Progress, total=False):
     timeSeconds: float
     envStepsPerSecond: float
     message: str
+    trackingProblem: str | None  # why MLflow is not logging, while it is not (training goes on)
 
 
 class TerminationSummary(Progress, total=False):

@@ -25,6 +25,8 @@ SINGULAR = "rlexperiment"
 SHORT_NAMES = ["rlx"]
 
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
+ExportFormat = Literal["onnx", "torchscript"]
+EXPORT_FORMATS: tuple[str, ...] = ExportFormat.__args__  # type: ignore[attr-defined]
 Phase = Literal["Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
@@ -146,6 +148,34 @@ class CheckpointSpec(StrictModel):
         False, description="Keep the checkpoint with the best evaluation return apart from `keep` "
         "(checkpoints/best names it; needs spec.evaluation).",
     )
+    export: list[ExportFormat] = Field(
+        default_factory=list, max_length=2, json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Export the greedy policy with every checkpoint into exports/ (onnx, torchscript): a file that "
+        "computes actions from observations without kuberl.",
+    )
+
+    @field_validator("export")
+    @classmethod
+    def _unique_formats(cls, formats: list[str]) -> list[str]:
+        if len(set(formats)) != len(formats):
+            raise ValueError("each format at most once")
+        return formats
+
+
+class MLflowSpec(StrictModel):
+    uri: str = Field(pattern=ENDPOINT_PATTERN, max_length=1024,
+                     description="The MLflow tracking server, e.g. http://mlflow.mlflow:5000.")
+    experiment: str | None = Field(
+        None, min_length=1, max_length=500,
+        description="MLflow experiment the run is logged into; default: the RLExperiment's name.",
+    )
+
+
+class TrackingSpec(StrictModel):
+    mlflow: MLflowSpec | None = Field(
+        None, description="Log params, metrics, the final checkpoint and the exported policy to MLflow "
+        "(needs the trainer's mlflow extra; never stops training when the server is away).",
+    )
 
 
 class VideoSpec(StrictModel):
@@ -250,6 +280,7 @@ class RLExperimentSpec(StrictModel):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     traces: TracesSpec = Field(default_factory=TracesSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     evaluation: EvaluationSpec | None = Field(None, description="Evaluation during training.")
     callbacks: str | None = Field(
         None, max_length=253, pattern=CLASS_PATH_PATTERN,

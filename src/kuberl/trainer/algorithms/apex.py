@@ -21,6 +21,7 @@ never wait for each other.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from kuberl.trainer.distributed.apex_worker import ApexRolloutWorker
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.learning.device import obs_tensor
+from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import build_q_network
 from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
@@ -291,6 +293,10 @@ class ApexDQN(Algorithm):
             random = self.np_random.random(len(actions)) < self.epsilons[-1]
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
+
+    def policy_module(self) -> torch.nn.Module:
+        self._refresh_local_network()
+        return GreedyQ(copy.deepcopy(self._local_network).eval())
 
     def learner_state(self) -> dict[str, bytes]:
         import ray

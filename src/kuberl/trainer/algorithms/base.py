@@ -99,6 +99,12 @@ class Algorithm:
         """What rollout workers' policies load (numpy arrays, cheap to ship)."""
         raise NotImplementedError
 
+    def policy_module(self) -> torch.nn.Module:
+        """The greedy policy as a torch module of its own on the CPU (a copy: training goes on): a batch of
+        filtered float32 observations, as `compute_actions` gets them, to actions (argmax for Discrete, the
+        mean for Box). `kuberl export` and checkpoint.export add the observation filter and save it."""
+        raise NotImplementedError(f"{self.spec.algorithm} cannot export its policy yet")
+
     # -- helpers for subclasses ------------------------------------------------------------------
     def worker_config(self, seed_offset: int = 0) -> WorkerConfig:
         spec = self.spec

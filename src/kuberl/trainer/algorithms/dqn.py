@@ -29,6 +29,7 @@ from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
 from kuberl.trainer.learning.schedules import linear_schedule
+from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.replay.buffers import make_replay_buffer
@@ -229,6 +230,9 @@ class DQN(Algorithm):
             random = self.np_random.random(len(actions)) < self.epsilon()
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
+
+    def policy_module(self) -> nn.Module:
+        return GreedyQ(copy.deepcopy(self.learner.online).cpu().eval())
 
     def learner_state(self) -> dict[str, bytes]:
         files = self.learner.state_files()

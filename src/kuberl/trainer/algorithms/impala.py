@@ -16,6 +16,7 @@ V-trace advantages, an entropy bonus. APPO (`kuberl.trainer.algorithms.appo`) sw
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from kuberl.trainer.distributed.fragment_queue import FragmentQueue
 from kuberl.trainer.learning.device import to_device
 from kuberl.trainer.learning.vtrace import VTraceReturns, vtrace
 from kuberl.trainer.models.encoders import EncoderSpec
+from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.policy_value import PolicyValueNet
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.policies import PolicyHeadFactory
@@ -235,6 +237,9 @@ class IMPALA(Algorithm):
         with torch.no_grad():
             actions, _ = self.model.policy.sample(torch.as_tensor(obs, device=self.device), explore)
         return actions.cpu().numpy()
+
+    def policy_module(self) -> nn.Module:
+        return GreedyActor(copy.deepcopy(self.model.policy).cpu().eval())
 
     def learner_state(self) -> dict[str, bytes]:
         return {

@@ -10,6 +10,7 @@ and an optional early stop on approximate KL.
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_devi
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.encoders import EncoderSpec
+from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.policies import PPOPolicyFactory
@@ -228,6 +230,9 @@ class PPO(Algorithm):
             actor = self.model.actor
             actions = actor.distribution(obs_t).sample() if explore else actor.greedy(obs_t)
         return actions.cpu().numpy()
+
+    def policy_module(self) -> nn.Module:
+        return GreedyActor(copy.deepcopy(self.model.actor).cpu().eval())
 
     def learner_state(self) -> dict[str, bytes]:
         return {

@@ -45,12 +45,16 @@ class PolicyHead(nn.Module):
     def sample(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions and their log-probabilities; without exploration the mode."""
         inputs = self(obs)
-        if explore:
-            actions = self.distribution(inputs).sample()
-        else:
-            actions = inputs.argmax(-1) if self.discrete else inputs
+        actions = self.distribution(inputs).sample() if explore else self.mode(inputs)
         logp, _ = self.log_prob_entropy(inputs, actions)
         return actions, logp
+
+    def mode(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The most likely action: argmax of the logits (Discrete), the Gaussian's mean (Box)."""
+        return inputs.argmax(-1) if self.discrete else inputs
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mode(self(obs))
 
 
 class PolicyValueNet(nn.Module):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
     from kuberl.trainer.run.evaluations import RunEvaluations
     from kuberl.trainer.run.sinks import ResultSinks
+    from kuberl.trainer.run.tracking import RunTracking
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
     from kuberl.trainer.storage.run import RunStorage
 
@@ -126,6 +127,7 @@ class LiveStatus:
     lastCheckpoint: str | None = None  # noqa: N815
     timeSeconds: float = 0.0  # noqa: N815
     envStepsPerSecond: float = 0.0  # noqa: N815
+    trackingProblem: str | None = None  # noqa: N815 - why MLflow is not logging, while it is not
     message: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -181,10 +183,7 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     from kuberl.trainer.storage.run import RunStorage, fresh_run_root_uri, run_root_uri
 
     spec = experiment.spec
-    namespace = None
-    if options.in_cluster:
-        namespace = os.environ.get(ENV_EXPERIMENT_NAMESPACE) or experiment.metadata.namespace or "default"
-    root = run_root_uri(options.storage_uri or spec.storage.uri, namespace, experiment.name)
+    root = run_root_uri(options.storage_uri or spec.storage.uri, _namespace(experiment, options), experiment.name)
     store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
     store.check()
     if options.fresh and (store.exists("experiment.yaml") or latest_checkpoint(store) is not None):
@@ -194,6 +193,13 @@ def _resolve_run(experiment: RLExperiment, options: TrainOptions):
     if conflicts:
         raise ManifestError([FieldError(*c.split(": ", 1)) for c in conflicts])
     return store, run
+
+
+def _namespace(experiment: RLExperiment, options: TrainOptions) -> str | None:
+    """The experiment's namespace in a cluster (a run's storage path has it); None locally."""
+    if not options.in_cluster:
+        return None
+    return os.environ.get(ENV_EXPERIMENT_NAMESPACE) or experiment.metadata.namespace or "default"
 
 
 def run_training(experiment: RLExperiment, options: TrainOptions) -> Summary:
@@ -260,6 +266,7 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
     from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.run.evaluations import RunEvaluations
     from kuberl.trainer.run.sinks import ResultSinks
+    from kuberl.trainer.run.tracking import RunTracking
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.checkpoints import CheckpointWriter, restore_latest
 
@@ -280,6 +287,9 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
                                    on_written=on_written, before_commit=run.flush)
     background = BackgroundWriter("kuberl-background")
     sinks = ResultSinks([], background)  # per-result writers (TensorBoard, MLflow) join this list
+    tracking = RunTracking(experiment, store, background, attempt=status.attempt,
+                           namespace=_namespace(experiment, options) or experiment.metadata.namespace)
+    sinks.sinks.extend(tracking.sinks)
     evaluations = None
     try:
         # Falls back past a checkpoint that no longer verifies; retries a store that is unwell.
@@ -307,7 +317,7 @@ def _train(experiment: RLExperiment, options: TrainOptions, status: LiveStatus, 
         termination.install()
         return _loop(experiment=experiment, options=options, algo=algo, run=run, checkpoints=checkpoints,
                      spec_text=spec_text, status=status, termination=termination, out=out, run_uri=store.uri,
-                     evaluations=evaluations, sinks=sinks)
+                     evaluations=evaluations, sinks=sinks, tracking=tracking)
     finally:
         termination.restore()
         if evaluations is not None:
@@ -337,7 +347,8 @@ def _episode_sink(run, writers: dict[str, Any], experiment: RLExperiment):
 
 def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, run: RunStorage,
           checkpoints: CheckpointWriter, spec_text: str, status: LiveStatus, termination: _Termination, out: TextIO,
-          run_uri: str, evaluations: RunEvaluations | None, sinks: ResultSinks) -> Summary:
+          run_uri: str, evaluations: RunEvaluations | None, sinks: ResultSinks,
+          tracking: RunTracking) -> Summary:
     """Train until a stop criterion or a signal, checkpointing on the way; then the final checkpoint."""
     from kuberl.trainer.run import metrics
 
@@ -350,6 +361,7 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     while reason is None and not termination.requested.is_set():
         result = algo.train()
         result["attempt"] = status.attempt
+        tracking.annotate(result)
         extra_lines: list[dict[str, Any]] = []
         if evaluations is not None:
             evaluations.step(result)
@@ -362,11 +374,12 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
         status.update(
             iteration=result["iteration"], timesteps=result["timesteps"],
             episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
-            envStepsPerSecond=result.get("envStepsPerSecond", 0.0),
+            envStepsPerSecond=result.get("envStepsPerSecond", 0.0), trackingProblem=tracking.problem,
         )
         metrics.observe_result(result)
         if reason is None and result["iteration"] % every == 0:
             checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
+            tracking.checkpoint(algo, result["iteration"])
         if tty:
             print("\r" + progress_line(result), end="", file=out, flush=True)
         elif not options.quiet and (reason or time.monotonic() - last_line >= LOG_LINE_SECONDS):
@@ -376,6 +389,7 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
         print(file=out)
     if result:
         checkpoints.submit(result["iteration"], _state(algo, spec_text), result["timesteps"])
+        tracking.checkpoint(algo, result["iteration"])
     final = checkpoints.wait(timeout=float(os.environ.get("KUBERL_FINAL_CHECKPOINT_SECONDS", "600")))
     last_uri = final.uri if final is not None else None
     if reason is None:
@@ -389,6 +403,7 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     summary.evaluationReturnMean = status.snapshot()["evaluationReturnMean"]
     summary.lastCheckpoint = last_uri
     summary.runUri = run_uri
+    tracking.finish(algo, final, summary.result)
     status.update(lastCheckpoint=last_uri, message=summary.message)
     ret = summary.episodeReturnMean
     print(f"{summary.result}: {summary.message} after {summary.iteration} iterations, "
@@ -399,6 +414,7 @@ def _loop(*, experiment: RLExperiment, options: TrainOptions, algo: Algorithm, r
     if not options.in_cluster and last_uri:
         print(f"next:       kuberl evaluate {run_uri} --episodes 10; kuberl traces {run_uri} --png curve.png",
               file=out, flush=True)
+        print(f"tensorboard: kuberl tensorboard {run_uri}", file=out, flush=True)
     return summary
 
 

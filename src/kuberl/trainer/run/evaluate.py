@@ -1,17 +1,19 @@
-"""`kuberl evaluate`: run a checkpoint's greedy policy, locally, from a local or S3 checkpoint."""
+"""`kuberl evaluate` and `kuberl export`: a checkpoint's algorithm, rebuilt locally from a local or S3 checkpoint."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from kuberl.api.validation import fail, load_manifest
 
 
-def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = None, seed: int | None = None) -> str:
-    """Load the checkpoint (a run root or one checkpoint directory), play `episodes`, and describe the returns."""
+def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = None) -> tuple[Any, Any]:
+    """The algorithm of a checkpoint (a run root or one checkpoint directory) with its state, sampling in
+    its own process; and the checkpoint's info. The caller stops the algorithm."""
     from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import load_checkpoint
 
-    if episodes < 1:
-        raise fail("--episodes", "must be >= 1")
     files, info = load_checkpoint(uri, endpoint=endpoint)
     if "experiment.yaml" not in files:
         raise fail("CHECKPOINT", f"{info.uri} has no experiment.yaml; it was not written by kuberl train")
@@ -22,16 +24,51 @@ def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = 
     algo = algorithm_config_for(experiment).build()
     try:
         algo.set_state(files)
+    except BaseException:
+        algo.stop()
+        raise
+    return algo, info
+
+
+def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = None, seed: int | None = None) -> str:
+    """Load the checkpoint (a run root or one checkpoint directory), play `episodes`, and describe the returns."""
+    if episodes < 1:
+        raise fail("--episodes", "must be >= 1")
+    algo, info = load_algorithm(uri, endpoint=endpoint, seed=seed)
+    try:
         stats = algo.evaluate(episodes=episodes)
     finally:
         algo.stop()
     returns = stats.get("returns") or []
+    spec = algo.spec
     lines = [
         f"checkpoint {info.uri} (iteration {info.iteration}, {info.timesteps:,} steps)",
-        f"{experiment.spec.algorithm} on {experiment.spec.env.id}: {len(returns) or episodes} episodes, greedy policy",
+        f"{spec.algorithm} on {spec.env.id}: {len(returns) or episodes} episodes, greedy policy",
         f"return mean {stats.get('episodeReturnMean', float('nan')):.2f}"
         + (f", min {min(returns):.2f}, max {max(returns):.2f}" if returns else ""),
     ]
     if "episodeLengthMean" in stats:
         lines.append(f"length mean {stats['episodeLengthMean']:.1f}")
     return "\n".join(lines)
+
+
+def export_checkpoint(uri: str, fmt: str, *, out: str | None = None, endpoint: str | None = None) -> str:
+    """Write the checkpoint's greedy policy as an ONNX or TorchScript file; says where and how big."""
+    from kuberl.api.types import EXPORT_FORMATS
+    from kuberl.trainer.export.formats import SUFFIXES, write_export
+    from kuberl.trainer.tracking.tensorboard import run_name
+
+    if fmt not in EXPORT_FORMATS:
+        raise fail("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    algo, info = load_algorithm(uri, endpoint=endpoint)
+    try:
+        run_uri = info.uri.rsplit("/checkpoints/", 1)[0]
+        path = Path(out) if out else Path(f"{run_name(run_uri)}-{info.iteration:06d}{SUFFIXES[fmt]}")
+        if path.parent and not path.parent.is_dir():
+            raise fail("--out", f"{path.parent}: no such directory")
+        write_export(algo, fmt, path, checkpoint=info.uri)
+    finally:
+        algo.stop()
+    return (f"{fmt} policy of {info.uri} (iteration {info.iteration}): {path} ({path.stat().st_size:,} bytes)\n"
+            f"input {algo.observation_space.shape} {algo.observation_space.dtype} observations (a batch), "
+            f"output greedy actions")

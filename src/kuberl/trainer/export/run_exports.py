@@ -1,0 +1,77 @@
+"""checkpoint.export: the run's policy exported with every checkpoint, into exports/ in its storage.
+
+The policy is copied on the training thread when a checkpoint is taken (a consistent snapshot of
+weights and filter); saving the files and uploading them run on the background writer, with its
+retries. Files are `exports/policy-ITERATION.onnx` and `.pt`; the newest `checkpoint.keep`
+iterations are kept, as checkpoints are.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kuberl.trainer.export.formats import SUFFIXES, save_policy
+from kuberl.trainer.export.policy import describe, example_input, exported_policy
+from kuberl.trainer.storage.background import BackgroundWriter
+from kuberl.trainer.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+EXPORTS = "exports"
+_EXPORT_RE = re.compile(r"^exports/policy-(?P<iteration>\d{6,})\.(onnx|pt)$")
+
+
+def export_key(iteration: int, fmt: str) -> str:
+    return f"{EXPORTS}/policy-{iteration:06d}{SUFFIXES[fmt]}"
+
+
+def latest_exports(store: ObjectStore) -> dict[str, str]:
+    """The newest exported policy per format, {format: key}."""
+    newest: dict[str, tuple[int, str]] = {}
+    for key in store.list(f"{EXPORTS}/"):
+        match = _EXPORT_RE.match(key)
+        if match:
+            fmt = "onnx" if key.endswith(".onnx") else "torchscript"
+            iteration = int(match["iteration"])
+            if fmt not in newest or iteration > newest[fmt][0]:
+                newest[fmt] = (iteration, key)
+    return {fmt: key for fmt, (_, key) in newest.items()}
+
+
+class RunExports:
+    def __init__(self, store: ObjectStore, formats: list[str], keep: int, background: BackgroundWriter) -> None:
+        self.store = store
+        self.formats = list(formats)
+        self.keep = keep
+        self.background = background
+        self.sizes: dict[str, int] = {}  # key -> bytes, of what this process exported
+
+    def submit(self, algo: Any, iteration: int) -> None:
+        """Export the algorithm's current policy as the policy of checkpoint `iteration`."""
+        if not self.formats:
+            return
+        policy = exported_policy(algo)
+        example = example_input(algo.observation_space)
+        description = describe(algo, checkpoint=self.store.url(f"checkpoints/{iteration:06d}"))
+        for fmt in self.formats:
+            key = export_key(iteration, fmt)
+            self.background.submit(key, lambda fmt=fmt, key=key: self._save(policy, example, fmt, key, description))
+        self.background.submit(f"{EXPORTS}/ retention", self._prune)
+
+    def _save(self, policy: Any, example: Any, fmt: str, key: str, description: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="kuberl-export-") as tmp:
+            path = Path(tmp) / Path(key).name
+            save_policy(policy, example, fmt, path, description)
+            self.store.put_file(key, path)
+            self.sizes[key] = path.stat().st_size
+
+    def _prune(self) -> None:
+        iterations = sorted({int(m["iteration"]) for key in self.store.list(f"{EXPORTS}/")
+                             if (m := _EXPORT_RE.match(key))})
+        for old in iterations[:-self.keep]:
+            for fmt in SUFFIXES:
+                self.store.delete(export_key(old, fmt))

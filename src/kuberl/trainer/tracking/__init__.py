@@ -1,0 +1,1 @@
+"""Where results go besides results.jsonl: TensorBoard event files and MLflow runs."""

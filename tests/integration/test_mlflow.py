@@ -1,0 +1,129 @@
+"""spec.tracking.mlflow against a real `mlflow server` on loopback: params, metrics by step, the final
+checkpoint and policy as artifacts, tags, a resumed run continuing the same MLflow run, and training
+that survives the server being stopped mid-run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kuberl_testing.mlflow_server import MLflowServer
+
+MANIFEST = """\
+apiVersion: kuberl.io/v1alpha1
+kind: RLExperiment
+metadata: {{name: {name}}}
+spec:
+  algorithm: ppo
+  env: {{id: CartPole-v1}}
+  config: {{seed: 3}}
+  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
+  stop: {{{stop}}}
+  checkpoint: {{everyIterations: 2, keep: 2, export: [torchscript]}}
+  tracking: {{mlflow: {{uri: '{uri}', experiment: kuberl-tests}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowServer]:
+    server = MLflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def manifest(tmp_path: Path, name: str, iterations: int, uri: str, stop: str = "") -> str:
+    path = tmp_path / f"{name}-{iterations}.yaml"
+    path.write_text(MANIFEST.format(name=name, stop=stop or f"iterations: {iterations}", uri=uri))
+    return str(path)
+
+
+def train(tmp_path: Path, path: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "kuberl.cli", "train", "-f", path], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=300)
+    return process.returncode, out, err
+
+
+def results(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line]
+
+
+def test_params_metrics_artifacts_and_a_resume_into_the_same_run(tmp_path: Path, mlflow_server: MLflowServer) -> None:
+    code, out, err = finished(train(tmp_path, manifest(tmp_path, "tracked", 4, mlflow_server.uri)))
+    assert code == 0, err
+    run_dir = tmp_path / "kuberl-runs" / "tracked"
+    stored = json.loads((run_dir / "tracking" / "mlflow.json").read_text())
+    client = MlflowClient(mlflow_server.uri)
+    run = client.get_run(stored["runId"])
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "kuberl-tests"
+    params = run.data.params
+    assert params["algorithm"] == "ppo" and params["env.id"] == "CartPole-v1"
+    assert params["rollouts.envsPerWorker"] == "4" and params["checkpoint.export"] == '["torchscript"]'
+    assert run.data.tags["kuberl.io/experiment"] == "tracked" and run.data.tags["kuberl.io/attempt"] == "0"
+    lines = results(run_dir)
+    history = client.get_metric_history(run.info.run_id, "episodeReturnMean")
+    assert sorted(m.step for m in history) == [r["timesteps"] for r in lines]
+    losses = client.get_metric_history(run.info.run_id, "learner/policyLoss")
+    assert sorted((m.step, round(m.value, 5)) for m in losses) == [
+        (r["timesteps"], round(r["learner"]["policyLoss"], 5)) for r in lines]
+    checkpoint = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoint")}
+    assert {"counters.json", "model.pt", "optimizer.pt", "experiment.yaml"} <= checkpoint
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "policy")] == ["policy/policy.pt"]
+    policy = client.download_artifacts(run.info.run_id, "policy/policy.pt", str(tmp_path))
+    import torch
+
+    actions = torch.jit.load(policy)(torch.zeros(3, 4))
+    assert actions.shape == (3,) and actions.dtype == torch.int64
+
+    code, out, err = finished(train(tmp_path, manifest(tmp_path, "tracked", 6, mlflow_server.uri)))
+    assert code == 0, err
+    assert "resuming from" in out
+    assert json.loads((run_dir / "tracking" / "mlflow.json").read_text())["runId"] == stored["runId"]
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+    run = client.get_run(stored["runId"])
+    assert run.info.status == "FINISHED" and run.data.tags["kuberl.io/attempt"] == "1"
+    history = client.get_metric_history(run.info.run_id, "episodeReturnMean")
+    assert sorted(m.step for m in history) == [r["timesteps"] for r in results(run_dir)]
+
+
+def test_training_survives_the_server_stopping_mid_run(tmp_path: Path) -> None:
+    server = MLflowServer(tmp_path / "mlflow")
+    server.start()
+    try:
+        # Long enough in training time that the server goes away mid-run, however busy the machine.
+        process = train(tmp_path, manifest(tmp_path, "orphan", 0, server.uri, stop="timeSeconds: 40"))
+        run_dir = tmp_path / "kuberl-runs" / "orphan"
+        client = MlflowClient(server.uri)
+        deadline = time.monotonic() + 180
+        logged: list = []
+        while not logged and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.5)
+            stored = run_dir / "tracking" / "mlflow.json"
+            if stored.exists():
+                logged = client.get_metric_history(json.loads(stored.read_text())["runId"], "timeSeconds")
+        assert logged, "no metric reached MLflow"
+    finally:
+        server.stop()  # by PID, mid-run
+    stopped_at = len(results(run_dir))
+    code, out, err = finished(process)
+    assert code == 0, err
+    lines = results(run_dir)
+    last = lines[-1]["iteration"]
+    assert stopped_at < last and [r["iteration"] for r in lines] == list(range(1, last + 1))
+    assert "Succeeded: timeSeconds" in out
+    assert "is unavailable" in err
+    flagged = [r for r in lines if r.get("tracking", {}).get("mlflow", {}).get("ok") is False]
+    assert flagged and "unavailable" in flagged[-1]["tracking"]["mlflow"]["problem"]
+    assert (run_dir / "exports" / f"policy-{last:06d}.pt").exists()  # the rest of the run went on as usual
