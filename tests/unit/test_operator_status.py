@@ -328,3 +328,29 @@ def test_a_quota_that_refuses_a_worker_keeps_a_running_experiment_running():
                    previous={"phase": "Running", "attempt": 1}))
     assert d.quota_wait and d.status["phase"] == "Running" and not d.delete_pods
     assert cond(d.status, "Ready")["status"] == "False" and cond(d.status, "Reconciling")["reason"] == "QuotaExceeded"
+
+
+def test_a_tracking_problem_sets_tracking_degraded_with_one_warning_and_clears_when_logging_again():
+    problem = "MLflow at http://mlflow:5000 did not answer: connection refused"
+    running = {"phase": "Running", "attempt": 1, "iteration": 3, "timesteps": 300, "trackingProblem": problem}
+    d = decide(obs(replicas=0, pods=(head(),), trainer=running, previous={"phase": "Running", "attempt": 1}))
+    assert d.status["phase"] == "Running" and cond(d.status, "Ready")["status"] == "True"  # training goes on
+    degraded = cond(d.status, "TrackingDegraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "TrackingUnavailable", problem)
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "TrackingUnavailable")]
+    assert problem in d.events[0].message
+
+    again = decide(obs(replicas=0, pods=(head(),), trainer=running, previous=d.status))
+    assert cond(again.status, "TrackingDegraded")["status"] == "True" and not again.events  # warned once
+
+    logging = {**running, "trackingProblem": None}
+    healed = decide(obs(replicas=0, pods=(head(),), trainer=logging, previous=again.status))
+    assert (cond(healed.status, "TrackingDegraded")["status"], cond(healed.status, "TrackingDegraded")["reason"]) \
+        == ("False", "TrackingLogging")
+    assert not healed.events
+
+
+def test_no_tracking_condition_for_a_run_that_never_had_a_tracking_problem():
+    running = {"phase": "Running", "attempt": 1, "iteration": 3, "timesteps": 300}
+    d = decide(obs(replicas=0, pods=(head(),), trainer=running, previous={"phase": "Running", "attempt": 1}))
+    assert all(c["type"] != "TrackingDegraded" for c in d.status["conditions"])

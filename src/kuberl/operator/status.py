@@ -34,6 +34,7 @@ from kuberl.operator.builders.podgroup import KUEUE_GATE
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError"}
 CONDITION_TYPES = ("Ready", "Succeeded", "Reconciling", "Stalled")
+TRACKING_CONDITION = "TrackingDegraded"  # spec.tracking.mlflow is set and MLflow does not answer
 MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trainer or a spec error says
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # Fields a running experiment can change; any other spec change waits for suspend or a new experiment.
@@ -479,7 +480,24 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
     ready = status["workers"] >= obs.replicas
     reason = "Training" if ready else "WaitingForWorkers"
     message = f"attempt {attempt}: {status['workers']}/{obs.replicas} workers ready"
-    return _finish(decision, obs, "Running", reason, message, ready=ready)
+    _finish(decision, obs, "Running", reason, message, ready=ready)
+    if trainer_here:
+        _tracking_condition(decision, obs, trainer.get("trackingProblem"))
+    return decision
+
+
+def _tracking_condition(decision: Decision, obs: Observation, problem: str | None) -> None:
+    """TrackingDegraded: MLflow (spec.tracking) is not logging. Training goes on; the condition and a
+    Warning event say why, and the condition turns False once the trainer logs again."""
+    previous = next((c for c in obs.previous.get("conditions") or [] if c.get("type") == TRACKING_CONDITION), None)
+    if not problem and previous is None:
+        return
+    status, reason = ("True", "TrackingUnavailable") if problem else ("False", "TrackingLogging")
+    message = str(problem or "")[:MAX_MESSAGE]
+    decision.status["conditions"] = set_condition(decision.status["conditions"], TRACKING_CONDITION, status, reason,
+                                                  message, obs.generation, obs.now)
+    if problem and (previous is None or previous.get("status") != "True"):
+        decision.events.append(Event("Warning", "TrackingUnavailable", f"training goes on without MLflow: {message}"))
 
 
 def _with_failure(message: str, obs: Observation, attempt: int) -> str:
