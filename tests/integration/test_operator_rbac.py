@@ -71,7 +71,8 @@ def cluster_py_pairs() -> set[Pair]:
     verbs = {"create": "create", "read": "get", "get": "get", "list": "list", "patch": "patch", "delete": "delete",
              "replace": "update"}
     resources = {"pod": ("", "pods"), "service": ("", "services"), "config_map": ("", "configmaps"),
-                 "secret": ("", "secrets"), "network_policy": ("networking.k8s.io", "networkpolicies"),
+                 "secret": ("", "secrets"), "event": ("", "events"),
+                 "network_policy": ("networking.k8s.io", "networkpolicies"),
                  "custom_object": ("kuberl.io", "rlexperiments"),
                  "custom_object_status": ("kuberl.io", "rlexperiments/status")}
     pairs = set()
