@@ -31,10 +31,19 @@ def _distribution_name(requirement: str) -> str:
 
 
 def _dev_modules() -> set[str]:
-    """Top-level import names of the dev extra's distributions (as installed in this venv)."""
-    dev = {_distribution_name(r) for r in PYPROJECT["project"]["optional-dependencies"]["dev"]}
-    return {module for module, dists in importlib.metadata.packages_distributions().items()
-            if any(d.lower().replace("_", "-") in dev for d in dists)}
+    """Top-level import names that only the dev extra's distributions provide (as installed in this venv).
+    A name that a runtime extra also provides (`mlflow`: mlflow-skinny in the mlflow extra, the full
+    server in dev) is the runtime extra's."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    dev = {_distribution_name(r) for r in extras["dev"]}
+    runtime = {_distribution_name(r) for name, reqs in extras.items() if name != "dev" for r in reqs}
+    runtime |= {_distribution_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    found = set()
+    for module, dists in importlib.metadata.packages_distributions().items():
+        names = {d.lower().replace("_", "-") for d in dists}
+        if names & dev and not names & runtime:
+            found.add(module)
+    return found
 
 
 def _imported_modules(source: str) -> set[str]:
