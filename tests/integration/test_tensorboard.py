@@ -135,3 +135,22 @@ def test_kuberl_tensorboard_says_when_a_run_has_no_event_files(tmp_path: Path) -
     shown = kuberl("tensorboard", str(tmp_path / "empty"), "--print", cwd=tmp_path)
     assert shown.returncode == 2
     assert "no TensorBoard event files" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_rotated_files_sort_in_write_order_when_torch_names_would_not(tmp_path: Path) -> None:
+    """torch names event files by second and an unpadded per-process counter: past nine writers, two
+    files of one second sort out of order and TensorBoard skips the earlier-named one. Seen in the full
+    suite, where other tests had opened writers first."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for i in range(8):  # the sink's files then cross from one-digit to two-digit counters
+        SummaryWriter(str(tmp_path / "others" / str(i))).close()
+    store = LocalStore(tmp_path / "run")
+    sink = TensorBoardSink(store, max_file_bytes=200)  # a new file every result
+    for i in range(1, 13):
+        sink.write({"iteration": i, "timesteps": 10 * i, "episodeReturnMean": float(i)})
+    sink.close()
+    names = [p.name for p in sorted((tmp_path / "run" / "tensorboard").iterdir())]
+    assert len(names) >= 10, names
+    found = scalars(tmp_path / "run" / "tensorboard")
+    assert [step for step, _ in found["episodeReturnMean"]] == [10 * i for i in range(1, 13)]

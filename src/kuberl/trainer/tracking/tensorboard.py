@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -28,8 +29,12 @@ TENSORBOARD = "tensorboard"
 MAX_FILE_BYTES = 1 << 20
 
 
-def event_file_key(path: Path) -> str:
-    return f"{TENSORBOARD}/{path.name}"
+def event_file_key(opened_at: float, sequence: int) -> str:
+    """The stored name of the `sequence`-th event file a trainer opened. TensorBoard reads a directory's
+    files in name order and never goes back: the names must sort as they were written. torch's own
+    names (time in seconds, then an unpadded per-process counter) do not when two files open within a
+    second and the counter passes 9, so the stored name is the time and a zero-padded sequence."""
+    return f"{TENSORBOARD}/events.out.tfevents.{int(opened_at):010d}.{sequence:06d}.{socket.gethostname()}"
 
 
 class TensorBoardSink:
@@ -43,6 +48,8 @@ class TensorBoardSink:
         self._dir = Path(tempfile.mkdtemp(prefix="kuberl-tensorboard-"))
         self._writer: Any = None
         self._path: Path | None = None
+        self._key = ""
+        self._files_opened = 0
         self._uploaded_size = 0
         self._last_result: dict[str, Any] | None = None
 
@@ -64,6 +71,8 @@ class TensorBoardSink:
             # purge_step: a resumed run drops the events a previous attempt logged past its checkpoint.
             self._writer = SummaryWriter(str(self._dir), purge_step=step, max_queue=1000, flush_secs=3600)
             self._path = self._newest_file()
+            self._key = event_file_key(time.time(), self._files_opened)
+            self._files_opened += 1
             self._uploaded_size = 0
         walltime = time.time()
         for tag, value in result_scalars(result).items():
@@ -79,7 +88,7 @@ class TensorBoardSink:
         size = self._path.stat().st_size
         if size == self._uploaded_size:
             return
-        self.store.put_file(event_file_key(self._path), self._path)
+        self.store.put_file(self._key, self._path)
         self._uploaded_size = size
         self.files_uploaded += 1
         self.bytes_uploaded += size
