@@ -12,29 +12,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.run import RunStorage
+from kuberl_testing.manifests import experiment_manifest
 
 KUBERL = str(Path(sys.executable).parent / "kuberl")
 GRACE_SECONDS = 30.0  # a pod's default terminationGracePeriodSeconds
 
 
 def ppo_manifest(name: str, storage: str, stop: str, every: int, endpoint: str | None = None) -> str:
-    """A small PPO run (one process, no Ray workers) writing to `storage`."""
-    endpoint_field = f', endpoint: "{endpoint}"' if endpoint else ""
-    return f"""apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: {name}}}
-spec:
-  algorithm: ppo
-  env: {{id: CartPole-v1}}
-  config: {{seed: 3}}
-  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
-  stop: {stop}
-  checkpoint: {{everyIterations: {every}, keep: 50}}
-  traces: {{enabled: true}}
-  storage: {{uri: "{storage}"{endpoint_field}}}
-"""
+    """A small PPO run (one process, no Ray workers) writing to `storage`; `stop` is YAML flow text."""
+    return experiment_manifest(
+        name, stop=yaml.safe_load(stop), checkpoint={"everyIterations": every, "keep": 50},
+        traces={"enabled": True}, storage={"uri": storage, **({"endpoint": endpoint} if endpoint else {})},
+    )
 
 
 class Trainer:

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,12 @@ import kubernetes
 import pytest
 
 from kuberl_testing.helm_chart import RELEASE_NAMESPACE, render
+from kuberl_testing.http import get_text
 from kuberl_testing.operator_harness import experiment_body, wait_for
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import reap, stop_gracefully
 
 BIN = Path(sys.executable).parent
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except OSError:
-        return 0, ""
 
 
 
@@ -86,7 +78,7 @@ def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peeri
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             probe = container["livenessProbe"]["httpGet"]
-            wait_for(lambda: _get(f"http://127.0.0.1:{health_port}{probe['path']}")[0] == 200, timeout=60,
+            wait_for(lambda: get_text(f"http://127.0.0.1:{health_port}{probe['path']}")[0] == 200, timeout=60,
                      what="the liveness probe the chart declares")
             time.sleep(3)  # let Kopf finish its start-up rounds of API discovery before checking the pause
             custom.create_namespaced_custom_object("kuberl.io", "v1alpha1", "research", "rlexperiments",
@@ -100,7 +92,7 @@ def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peeri
             assert head_container["image"] == "registry.test/kuberl-trainer:chart"
             assert head_container["resources"]["requests"] == {"cpu": "3", "memory": "3Gi"}
 
-            text = wait_for(lambda: _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=20, what="metrics")
+            text = wait_for(lambda: get_text(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=20, what="metrics")
             assert "kuberl_operator_reconciles_total" in text
 
             assert stop_gracefully(proc) == 0

@@ -10,23 +10,18 @@ import pytest
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.validation import load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
+from kuberl_testing.manifests import experiment_manifest
 
-TEMPLATE = """\
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: {name}}}
-spec:
-  algorithm: ppo
-  env: {{id: CartPole-v1}}
-  config: {{seed: 7}}
-  rollouts: {{workers: 0, envsPerWorker: 2, fragmentLength: 32}}
-  traces: {{enabled: false}}
-  stop: {{iterations: {iterations}}}
-  checkpoint: {checkpoint}
-  evaluation: {evaluation}
-"""
-MANIFEST = TEMPLATE.format(name="evaluated-on-actors", iterations=9, checkpoint="{}",
-                           evaluation="{interval: 4, episodes: 3, workers: 1}")
+
+def manifest(name: str, iterations: int, evaluation: dict, checkpoint: dict | None = None,
+             algorithm: str = "ppo", env: str = "CartPole-v1") -> str:
+    return experiment_manifest(name, algorithm=algorithm, env=env, seed=7,
+                               rollouts={"workers": 0, "envsPerWorker": 2, "fragmentLength": 32},
+                               traces={"enabled": False}, stop={"iterations": iterations},
+                               checkpoint=checkpoint or {}, evaluation=evaluation)
+
+
+MANIFEST = manifest("evaluated-on-actors", 9, {"interval": 4, "episodes": 3, "workers": 1})
 
 
 def test_an_evaluation_actor_evaluates_every_interval_and_the_end(tmp_path):
@@ -49,8 +44,8 @@ def test_an_evaluation_actor_evaluates_every_interval_and_the_end(tmp_path):
     assert summary.evaluationReturnMean == evaluations[-1]["returnMean"]
 
 
-S3_MANIFEST = TEMPLATE.format(name="filmed", iterations=2, checkpoint="{everyIterations: 1, keep: 1, keepBest: true}",
-                              evaluation="{interval: 1, episodes: 2, workers: 1, video: {everyEvaluations: 1}}")
+S3_MANIFEST = manifest("filmed", 2, {"interval": 1, "episodes": 2, "workers": 1, "video": {"everyEvaluations": 1}},
+                       checkpoint={"everyIterations": 1, "keep": 1, "keepBest": True})
 
 
 def test_videos_and_the_best_pointer_reach_s3_and_kuberl_traces_lists_the_videos(s3, s3_bucket, tmp_path):
@@ -84,9 +79,7 @@ def test_videos_and_the_best_pointer_reach_s3_and_kuberl_traces_lists_the_videos
 @pytest.mark.parametrize("algorithm", sorted(a for a in REGISTRY if a != "ppo"))
 def test_every_algorithm_is_evaluated_on_an_actor(tmp_path, algorithm):
     env = "CartPole-v1" if "Discrete" in REGISTRY[algorithm].action_spaces else "Pendulum-v1"
-    text = TEMPLATE.format(name=f"every-{algorithm}", iterations=3, checkpoint="{}",
-                           evaluation="{interval: 2, episodes: 2, workers: 1}")
-    text = text.replace("algorithm: ppo", f"algorithm: {algorithm}").replace("CartPole-v1", env)
+    text = manifest(f"every-{algorithm}", 3, {"interval": 2, "episodes": 2, "workers": 1}, algorithm=algorithm, env=env)
     summary = run_training(load_manifest(text), TrainOptions(storage_uri=f"file://{tmp_path}", quiet=True,
                                                              out=io.StringIO()))
     assert summary.result == "Succeeded"

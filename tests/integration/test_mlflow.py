@@ -14,21 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from kuberl_testing.manifests import experiment_manifest
 from kuberl_testing.mlflow_server import MLflowServer
-
-MANIFEST = """\
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: {name}}}
-spec:
-  algorithm: ppo
-  env: {{id: CartPole-v1}}
-  config: {{seed: 3}}
-  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
-  stop: {{{stop}}}
-  checkpoint: {{everyIterations: 2, keep: 2, export: [torchscript]}}
-  tracking: {{mlflow: {{uri: '{uri}', experiment: kuberl-tests}}}}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +26,13 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowSe
     server.stop()
 
 
-def manifest(tmp_path: Path, name: str, iterations: int, uri: str, stop: str = "") -> str:
+def manifest(tmp_path: Path, name: str, iterations: int, uri: str, stop: dict | None = None) -> str:
     path = tmp_path / f"{name}-{iterations}.yaml"
-    path.write_text(MANIFEST.format(name=name, stop=stop or f"iterations: {iterations}", uri=uri))
+    path.write_text(experiment_manifest(
+        name, stop=stop or {"iterations": iterations},
+        checkpoint={"everyIterations": 2, "keep": 2, "export": ["torchscript"]},
+        tracking={"mlflow": {"uri": uri, "experiment": "kuberl-tests"}},
+    ))
     return str(path)
 
 
@@ -103,7 +94,7 @@ def test_training_survives_the_server_stopping_mid_run(tmp_path: Path) -> None:
     server.start()
     try:
         # Long enough in training time that the server goes away mid-run, however busy the machine.
-        process = train(tmp_path, manifest(tmp_path, "orphan", 0, server.uri, stop="timeSeconds: 40"))
+        process = train(tmp_path, manifest(tmp_path, "orphan", 0, server.uri, stop={"timeSeconds": 40}))
         run_dir = tmp_path / "kuberl-runs" / "orphan"
         client = MlflowClient(server.uri)
         deadline = time.monotonic() + 180

@@ -10,25 +10,17 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import kubernetes
 import pytest
 
+from kuberl_testing.http import get_text
 from kuberl_testing.operator_harness import experiment_body, wait_for
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import reap, stop_gracefully
 
 PYTHON = sys.executable
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def test_operator_never_imports_the_trainer_stack():
@@ -60,7 +52,7 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
                              "--metrics-port", str(metrics_port), "--health-port", str(health_port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: _get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200, timeout=120, what="liveness")
+        wait_for(lambda: get_text(f"http://127.0.0.1:{health_port}/healthz")[0] == 200, timeout=120, what="liveness")
         configuration = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         api = kubernetes.client.ApiClient(configuration)
@@ -78,8 +70,8 @@ def test_operator_process_serves_probes_metrics_and_watches_only_its_namespace(e
             raise AssertionError(f"{exc}; operator log:\n{(tmp_path / 'operator.log').read_text()[-4000:]}") from None
         assert head["spec"]["containers"][0]["image"] == "example/trainer:test"
         text = wait_for(lambda: "kuberl_operator_experiments{phase=\"Pending\"} 1.0"
-                        in _get(f"http://127.0.0.1:{metrics_port}/metrics")[1]
-                        and _get(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=60, what="metrics")
+                        in get_text(f"http://127.0.0.1:{metrics_port}/metrics")[1]
+                        and get_text(f"http://127.0.0.1:{metrics_port}/metrics")[1], timeout=60, what="metrics")
         assert 'kuberl_operator_reconciles_total{result="success"}' in text
         assert "kuberl_operator_reconcile_duration_seconds_bucket" in text
         assert pods("other") == []  # outside the operator's namespaces

@@ -13,19 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.tracking.tensorboard import TensorBoardSink
-
-MANIFEST = """\
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: {name}}}
-spec:
-  algorithm: dqn
-  env: {{id: CartPole-v1}}
-  config: {{seed: 3, learningStarts: 64, observationFilter: mean_std}}
-  rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 32}}
-  stop: {{iterations: {iterations}}}
-  checkpoint: {{everyIterations: 1, keep: 2, export: [onnx, torchscript]}}
-{storage}"""
+from kuberl_testing.manifests import experiment_manifest
 
 
 def kuberl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -33,9 +21,14 @@ def kuberl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300, cwd=cwd)
 
 
-def train(tmp_path: Path, iterations: int, name: str = "tb", storage: str = "") -> subprocess.CompletedProcess:
+def train(tmp_path: Path, iterations: int, name: str = "tb", storage: dict | None = None) -> subprocess.CompletedProcess:
     path = tmp_path / f"{name}-{iterations}.yaml"
-    path.write_text(MANIFEST.format(name=name, iterations=iterations, storage=storage))
+    path.write_text(experiment_manifest(
+        name, algorithm="dqn", config={"learningStarts": 64, "observationFilter": "mean_std"},
+        stop={"iterations": iterations},
+        checkpoint={"everyIterations": 1, "keep": 2, "export": ["onnx", "torchscript"]},
+        **({"storage": storage} if storage else {}),
+    ))
     return kuberl("train", "-f", str(path), cwd=tmp_path)
 
 
@@ -119,7 +112,7 @@ def test_trainer_writes_event_files_and_exports_then_resumes(tmp_path: Path) -> 
 
 
 def test_event_files_on_s3_and_kuberl_tensorboard_copies_them(tmp_path: Path, s3, s3_bucket: str) -> None:
-    storage = f"  storage: {{uri: 's3://{s3_bucket}/runs', endpoint: '{s3.endpoint}'}}\n"
+    storage = {"uri": f"s3://{s3_bucket}/runs", "endpoint": s3.endpoint}
     done = train(tmp_path, 2, name="tbs3", storage=storage)
     assert done.returncode == 0, done.stderr
     uri = f"s3://{s3_bucket}/runs/tbs3"

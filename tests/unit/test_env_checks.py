@@ -1,6 +1,5 @@
 """checks.env_errors: unknown ids, bad module:Class paths, action spaces an algorithm cannot use."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from kuberl.api.validation import validate_document
 from kuberl.trainer.run.checks import env_errors
 from kuberl.trainer.sampling.envs import make_vector_env
+from kuberl_testing.user_modules import importable_module
 
 CUSTOM_ENV = '''
 import gymnasium as gym
@@ -43,10 +43,7 @@ def experiment(algorithm: str, env_id: str, env_config: dict | None = None):
 
 @pytest.fixture
 def custom_env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "corridor_env.py").write_text(CUSTOM_ENV)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "corridor_env"
-    sys.modules.pop("corridor_env", None)
+    yield from importable_module(tmp_path, monkeypatch, "corridor_env", CUSTOM_ENV)
 
 
 def test_known_envs_pass() -> None:

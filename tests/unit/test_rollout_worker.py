@@ -1,6 +1,5 @@
 """RolloutWorker: batch layout, episode ends in both autoreset modes, records, filters, seeds."""
 
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -9,6 +8,7 @@ import pytest
 
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 from kuberl.trainer.sampling.worker_set import WorkerSet
+from kuberl_testing.user_modules import importable_module
 
 CORRIDOR = '''
 import gymnasium as gym
@@ -48,10 +48,8 @@ class RandomPolicy:
 
 @pytest.fixture
 def corridor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "corridor_rollout_env.py").write_text(CORRIDOR)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "corridor_rollout_env:Corridor"
-    sys.modules.pop("corridor_rollout_env", None)
+    for module in importable_module(tmp_path, monkeypatch, "corridor_rollout_env", CORRIDOR):
+        yield f"{module}:Corridor"
 
 
 def test_native_vector_env_batch_marks_reset_steps_invalid() -> None:

@@ -9,11 +9,12 @@ conditions from a thread until `stop()`. Run it with the node's own identity
 from __future__ import annotations
 
 import datetime
-import threading
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+
+from kuberl_testing.podrunner.loop import LoopThread
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40  # the kubelet's default; the controller marks a node unknown after it runs out
@@ -69,22 +70,18 @@ class NodeAgent:
         self._core = k8s.CoreV1Api(api_client)
         self._leases = k8s.CoordinationV1Api(api_client)
         self._since = _stamp(_now())
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread(self._run, name=f"node-{self.name}")
         self.errors: list[str] = []
         self.beats = 0
 
     def start(self) -> NodeAgent:
         self._register()
         self._renew_lease()
-        self._thread = threading.Thread(target=self._run, name=f"node-{self.name}", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        self._loop.stop()
 
     def _register(self) -> None:
         body = node_body(self.name, self.address, self._since)
@@ -98,7 +95,7 @@ class NodeAgent:
         self._node_uid = node.metadata.uid
 
     def _run(self) -> None:
-        while not self._stopping.wait(self.heartbeat_seconds):
+        while not self._loop.stopping.wait(self.heartbeat_seconds):
             try:
                 self._renew_lease()
                 self.beats += 1

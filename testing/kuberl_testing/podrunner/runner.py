@@ -29,6 +29,7 @@ from kuberl.api.contract import ENV_STATUS_HOST, ENV_STATUS_PORT, ENV_TERMINATIO
 from kuberl_testing.podrunner import localpod, pod_status
 from kuberl_testing.podrunner.addresses import AddressPool
 from kuberl_testing.podrunner.localpod import Endpoint, PodSetupError
+from kuberl_testing.podrunner.loop import LoopThread
 from kuberl_testing.ports import free_port
 from kuberl_testing.process_tree import (
     MARKER_VARIABLE,
@@ -87,8 +88,7 @@ class PodRunner:
         self._ray_dirs = Path(tempfile.mkdtemp(prefix="kpr", dir="/tmp"))
         self._pods: dict[str, _Pod] = {}
         self._lock = threading.RLock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread(self._run, name="pod-runner")
         self._stoppers: list[threading.Thread] = []
         self._being_stopped: dict[str, _Pod] = {}  # deleted pods whose processes are being stopped
         self._logs: dict[str, Path] = {}
@@ -97,15 +97,12 @@ class PodRunner:
     # -- lifecycle --
 
     def start(self) -> PodRunner:
-        self._thread = threading.Thread(target=self._run, name="pod-runner", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self) -> None:
         """Stop the loop and every process the runner started."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        self._loop.stop()
         with self._lock:
             pods = list(self._pods.values())
         for pod in pods:
@@ -121,13 +118,13 @@ class PodRunner:
         self.stop()
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self._loop.stopping.is_set():
             try:
                 self.step()
             except Exception as exc:  # the API may be briefly away; keep the pods running
                 self.errors.append(repr(exc))
                 del self.errors[:-50]
-            self._stopping.wait(self.options.poll_seconds)
+            self._loop.stopping.wait(self.options.poll_seconds)
 
     # -- what tests and e2e scenarios ask --
 

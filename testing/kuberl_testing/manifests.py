@@ -1,0 +1,36 @@
+"""One builder for the small RLExperiment manifests the tests train: a CartPole run in one process
+unless told otherwise, with any other spec sections given as plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kuberl.api.types import API_VERSION
+
+
+def experiment_manifest(
+    name: str,
+    *,
+    algorithm: str = "ppo",
+    env: str = "CartPole-v1",
+    seed: int = 3,
+    config: dict[str, Any] | None = None,
+    rollouts: dict[str, Any] | None = None,
+    **spec: Any,
+) -> str:
+    """The manifest's YAML; `spec` adds sections such as stop, checkpoint, storage, tracking, evaluation."""
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "RLExperiment",
+        "metadata": {"name": name},
+        "spec": {
+            "algorithm": algorithm,
+            "env": {"id": env},
+            "config": {"seed": seed, **(config or {})},
+            "rollouts": rollouts or {"workers": 0, "envsPerWorker": 4, "fragmentLength": 32},
+            **spec,
+        },
+    }
+    return yaml.safe_dump(body, sort_keys=False)
