@@ -20,6 +20,17 @@ DEFAULT_LOCAL_NODE_IP = "127.0.0.2"
 # in a 30-minute soak; they do without. Ray's dashboard then lists fewer of their calls.
 ACTOR_OPTIONS: dict[str, Any] = {"enable_task_events": False}
 
+# glibc's malloc strands freed memory in two ways that long-lived actors hit. Once a block over
+# its mmap threshold (128 KiB) is freed, it raises the threshold to that size (up to 32 MiB), so
+# later blocks that size (sample batches, torch activations) come from the heap and leave holes
+# there; and each thread that allocates gets an arena of its own (up to 8 per core; a Ray actor
+# has ~30 threads) whose free memory only that arena reuses. The Ape-X learner's heap in use
+# stayed flat while glibc's free lists grew from 5 to 31 MB in 8 minutes (~40 MB/h over a
+# 30-minute soak; `bench/soak_apex.py --diagnose`). A fixed threshold and two arenas keep the
+# free lists at ~2 MB. glibc reads these at process start, so they go to the workers Ray starts
+# for this job (locally or in a cluster) through the job's runtime_env.
+WORKER_ENV_VARS: dict[str, str] = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+
 
 def local_node_ip() -> str | None:
     """The address a local Ray node binds to: $KUBERL_NODE_IP, else a loopback address on Linux."""
@@ -42,6 +53,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         "log_to_driver": os.environ.get("KUBERL_RAY_LOG_TO_DRIVER", "0") == "1",
         "configure_logging": True,
         "logging_level": "WARNING",
+        "runtime_env": {"env_vars": dict(WORKER_ENV_VARS)},
     }
     if address:
         kwargs["address"] = address
