@@ -15,7 +15,7 @@ online ones by tau (Polyak averaging). The policy is a tanh-squashed Gaussian sc
 
 Each iteration runs like DQN's: sample one fragment from every worker (uniform random actions until
 `learning_starts` env steps), add its n-step transitions to replay in the compact form, then run
-`replay_ratio` learner updates per env step and send the new priorities back.
+`replay_ratio` learner updates per env step and send the new priorities back (`kuberl.trainer.replay.local`).
 """
 
 from __future__ import annotations
@@ -33,14 +33,12 @@ from kuberl.api.hyperparams import SACParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
-from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.sac_networks import SquashedGaussianActor, TwinQ
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
-from kuberl.trainer.replay.buffers import make_replay_buffer
-from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition
-from kuberl.trainer.replay.nstep import TRANSITION_KEYS, compact_transitions
+from kuberl.trainer.replay.local import LocalReplay
+from kuberl.trainer.replay.nstep import TRANSITION_KEYS
 from kuberl.trainer.sampling.policies import SACPolicyFactory
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
@@ -221,47 +219,25 @@ class SAC(Algorithm):
         params = self.params
         self.learner = build_sac_learner(self.observation_space, self.action_space, params, self.device,
                                          bf16=self.spec.learner.bf16)
-        self.layout = FrameLayout.of(self.observation_space, self.frame_stack, params.observation_filter)
-        self.replay = make_replay_buffer(
-            self.spec.replay.capacity, prioritized=self.spec.replay.prioritized, alpha=params.priority_alpha,
-            beta=params.priority_beta, eps=params.priority_eps, seed=params.seed,
-            frames_per_transition=frames_per_transition(self.layout, self.spec.rollouts.fragment_length),
-        )
-        self.update_credit = 0.0  # fractional learner updates owed by the replay ratio
+        self.local_replay = LocalReplay(self.spec, params, self.observation_space, self.frame_stack)
+        self.replay = self.local_replay.buffer
         encoder = EncoderSpec.from_params(params)
         self.workers = WorkerSet(self.worker_config(), SACPolicyFactory(encoder), self.spec.rollouts.workers)
         self.sync_weights()
 
-    def beta(self, timesteps: int) -> float:
-        p = self.params
-        return linear_schedule(timesteps, p.priority_beta, 1.0, p.priority_beta_timesteps)
-
     # -- one iteration ----------------------------------------------------------------------------
     def training_step(self) -> dict[str, Any]:
         assert self.workers is not None
-        p = self.params
-        self.workers.configure_policies(uniform=self.timesteps < p.learning_starts)
+        self.workers.configure_policies(uniform=self.timesteps < self.params.learning_starts)
         batches = self.collect()
         env_steps = sum(b.env_steps for b in batches)
-        for batch in batches:
-            transitions, _ = compact_transitions(batch, gamma=p.gamma, n_step=p.n_step,
-                                                 stack_depth=self.layout.stack_depth)
-            self.replay.add(transitions)
-        seen = self.timesteps + env_steps
-        updates = 0
-        if seen >= p.learning_starts:
-            self.update_credit += env_steps * p.replay_ratio
-            updates = int(self.update_credit)
-            self.update_credit -= updates
-            beta = self.beta(seen)
-            for _ in range(updates):
-                sample = self.replay.sample(p.train_batch_size, beta=beta)
-                self.replay.update_priorities(sample["ids"], self.learner.update(sample))
+        self.local_replay.add(batches)
+        updates = self.local_replay.train(self.timesteps + env_steps, env_steps, self.learner.update)
         if updates:
             self.sync_weights()
         learner = self.learner.take_stats()
         learner["updatesThisIteration"] = updates
-        return {"envSteps": env_steps, "learner": learner, "replay": {"shard_0": self.replay.stats()}}
+        return {"envSteps": env_steps, "learner": learner, "replay": self.local_replay.stats()}
 
     # -- the Algorithm contract -------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:
@@ -279,10 +255,10 @@ class SAC(Algorithm):
 
     def learner_state(self) -> dict[str, bytes]:
         files = self.learner.state_files()
-        files[SCHEDULE_FILE] = json.dumps({"updateCredit": self.update_credit}).encode()
+        files[SCHEDULE_FILE] = json.dumps({"updateCredit": self.local_replay.update_credit}).encode()
         return files
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
         self.learner.load_state_files(files)
         if SCHEDULE_FILE in files:
-            self.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
+            self.local_replay.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
