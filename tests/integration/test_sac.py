@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from kuberl.trainer.algorithms.sac import SACConfig
-from kuberl.trainer.distributed.ray_runtime import init_ray
 from kuberl_testing.fault_figures import report_figures
 
 pytestmark = pytest.mark.slow
@@ -37,17 +36,6 @@ def test_sac_solves_pendulum_within_the_time_budget() -> None:
     report_figures("sac-pendulum-250", seconds=seconds, timesteps=result["timesteps"],
                    return_mean=result["episodeReturnMean"], alpha=result["learner"]["alpha"])
     assert result["episodeReturnMean"] >= GOAL, (seconds, result["timesteps"], result["episodeReturnMean"])
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def _two_workers() -> SACConfig:
