@@ -5,6 +5,10 @@ ratios kuberl / RLlib.
     .venv/bin/python -m bench.sac                                # kuberl, 300,000 env steps, 2 workers
     make bench-deps && .venv/bin/python -m bench.sac --rllib     # also RLlib SAC
     .venv/bin/python -m bench.sac --rllib --timesteps 5000       # a smoke run
+    .venv/bin/python -m bench.sac --pendulum-seeds 1,2,3 --timesteps 0   # kuberl only: Pendulum-v1 to -250
+
+--pendulum-seeds runs the learning test's settings (tests/integration/test_sac.py: in-process, 64x64 nets,
+replay ratio 0.25) to a 100-episode return mean of -250 and prints wall and CPU seconds per seed.
 
 Both use one learner update of 256 transitions per env step (RLlib: training_intensity 256), 256x256 nets,
 uniform replay of 1,000,000 and `--learning-starts` random steps; otherwise each its own SAC defaults. Both
@@ -99,6 +103,25 @@ def rllib(python: Path, timesteps: int, seed: int, workers: int, envs: int, lear
     return {"error": run.error("RLlib"), **({"lastProgress": run.lines[-1]} if run.lines else {})}
 
 
+def pendulum_to_target(seed: int, target: float = -250.0, cap_seconds: float = 3600.0) -> dict[str, Any]:
+    from kuberl.trainer.algorithms.sac import SACConfig
+
+    algo = (SACConfig().environment("Pendulum-v1").rollouts(workers=0)
+            .training(hidden=[64, 64], replay_ratio=0.25).debugging(seed=seed).build())
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        while True:
+            result = algo.train()
+            mean = result["episodeReturnMean"]
+            if (mean is not None and mean >= target and result["episodes"] >= 100) \
+                    or time.perf_counter() - t0 > cap_seconds:
+                break
+    finally:
+        algo.stop()
+    return {"seed": seed, "reached": mean is not None and mean >= target, "timeSeconds": time.perf_counter() - t0,
+            "cpuSeconds": time.process_time() - cpu0, "timesteps": result["timesteps"], "episodeReturnMean": mean}
+
+
 def _line(name: str, run: dict[str, Any]) -> str:
     mean = run["episodeReturnMean"]
     return (f"{name}: {run['timesteps']:,} env steps in {run['timeSeconds']:.1f} s "
@@ -116,12 +139,27 @@ def main() -> int:
     parser.add_argument("--rllib", action="store_true", help="also run RLlib 2.60 SAC from .venv-rllib")
     parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
     parser.add_argument("--rllib-deadline", type=float, default=24 * 3600.0, help="seconds before RLlib is stopped")
+    parser.add_argument("--pendulum-seeds", default="", help="also: kuberl SAC on Pendulum-v1 to -250, these seeds")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
+    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers}
+    pendulum = []
+    for seed in (int(s) for s in args.pendulum_seeds.split(",") if s):
+        run = pendulum_to_target(seed)
+        pendulum.append(run)
+        print(f"kuberl SAC Pendulum-v1 seed {seed}: {'reached' if run['reached'] else 'NOT reached'} -250 in "
+              f"{run['timeSeconds']:.1f} s wall, {run['cpuSeconds']:.1f} s CPU, {run['timesteps']:,} env steps",
+              flush=True)
+    report["pendulum"] = pendulum
+    if args.timesteps <= 0:
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0 if all(r["reached"] for r in pendulum) else 1
+
     ours = kuberl(args.timesteps, args.seed, args.workers, args.envs_per_worker, args.learning_starts)
     print(_line("kuberl SAC", ours), flush=True)
-    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers, "kuberl": ours}
+    report["kuberl"] = ours
     if args.rllib:
         theirs = rllib(args.rllib_python, args.timesteps, args.seed, args.workers, args.envs_per_worker,
                        args.learning_starts, args.rllib_deadline)
