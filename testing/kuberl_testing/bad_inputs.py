@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kuberl.api.algorithms import HYPERPARAMS
+from kuberl.api.algorithms import HYPERPARAMS, REGISTRY
 from kuberl.api.types import API_VERSION, KIND
 
 WRONG_TYPE = "wrong-type"
@@ -55,11 +55,16 @@ def nested(depth: int) -> dict[str, Any]:
     return root
 
 
+def _env_for(algorithm: str) -> str:
+    """CartPole-v1 for an algorithm with discrete actions, Pendulum-v1 for one with continuous actions only."""
+    return "CartPole-v1" if "Discrete" in REGISTRY[algorithm].action_spaces else "Pendulum-v1"
+
+
 def base_manifest(name: str = "bad-input", algorithm: str = "ppo") -> dict[str, Any]:
     """A small valid manifest that also passes the cluster checks."""
     return {
         "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name},
-        "spec": {"algorithm": algorithm, "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 1000},
+        "spec": {"algorithm": algorithm, "env": {"id": _env_for(algorithm)}, "stop": {"timesteps": 1000},
                  "storage": {"uri": "s3://bucket/runs"}, "workers": {"replicas": 0}},
     }
 
@@ -188,6 +193,7 @@ CASES: tuple[BadInput, ...] = (
     C("env.id", "CartPoel-v1", UNKNOWN_ENUM, False, ENV, note="no such Gymnasium id"),
     C("env.id", "no_such_pkg.envs:Thing", UNKNOWN_ENUM, False, ENV, note="no such module"),
     C("env.id", "Pendulum-v1", INCONSISTENT, False, ENV, base={"algorithm": "dqn"}, note="continuous actions"),
+    C("env.id", "CartPole-v1", INCONSISTENT, False, ENV, base={"algorithm": "sac"}, note="discrete actions"),
     C("env.id", BIG_STRING, HOSTILE, True),
     C("env.id", "Cärtpole-v1\u202e", HOSTILE, False, ENV, note="unicode, right-to-left override"),
     C("env.config", "render", WRONG_TYPE, True),
@@ -256,6 +262,11 @@ CASES: tuple[BadInput, ...] = (
     C("config.learnerQueueSize", 0, OUT_OF_RANGE, False),
     C("config.requestsPerWorker", 17, OUT_OF_RANGE, False),
     C("config.targetWorkerClipping", 0, OUT_OF_RANGE, False),
+    C("config.criticLr", 0, OUT_OF_RANGE, False),
+    C("config.alphaLr", 2, OUT_OF_RANGE, False),
+    C("config.tau", 0, OUT_OF_RANGE, False),
+    C("config.initialAlpha", -1, OUT_OF_RANGE, False),
+    C("config.targetEntropy", "auto", WRONG_TYPE, False),
     C("rollouts", [2], WRONG_TYPE, True),
     C("rollouts.workers", -1, OUT_OF_RANGE, True),
     C("rollouts.workers", "many", WRONG_TYPE, True),

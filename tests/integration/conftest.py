@@ -37,3 +37,17 @@ def s3_bucket(s3: S3Server) -> str:
     name = f"kuberl-test-{next(_bucket_numbers)}"
     s3.create_bucket(name)
     return name
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """A local Ray for the module's tests (shut down after them unless one was running already)."""
+    import ray
+
+    from kuberl.trainer.distributed.ray_runtime import init_ray
+
+    started = not ray.is_initialized()
+    init_ray(num_cpus=2)
+    yield ray
+    if started:
+        ray.shutdown()

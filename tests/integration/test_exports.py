@@ -16,6 +16,7 @@ from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.dqn import DQNConfig
 from kuberl.trainer.algorithms.ppo import PPOConfig
+from kuberl.trainer.algorithms.sac import SACConfig
 from kuberl.trainer.export.formats import METADATA_KEY, TORCHSCRIPT_EXTRA_FILE, write_export
 from kuberl.trainer.models.encoders import ConvEncoder
 from kuberl.trainer.sampling.envs import make_env
@@ -163,6 +164,23 @@ def test_continuous_actions_are_the_mean(tmp_path: Path) -> None:
     assert actions.shape == (32, 1)
     assert np.abs(actions - expected).max() < 1e-5
     assert json.loads(extra[TORCHSCRIPT_EXTRA_FILE])["output"]["action"]["type"] == "Box"
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_sac_exports_its_deterministic_action_scaled_to_the_box(tmp_path: Path, fmt: str) -> None:
+    algo = trained(SACConfig().environment("Pendulum-v1").training(hidden=[32], learning_starts=64, train_batch_size=32)
+                   .rollouts(envs_per_worker=4, fragment_length=32), iterations=2)
+    try:
+        obs = np.stack([algo.observation_space.sample() for _ in range(32)])
+        expected = np.stack([algo.compute_single_action(o) for o in obs])
+        path = tmp_path / f"policy.{fmt}"
+        write_export(algo, fmt, path)
+    finally:
+        algo.stop()
+    actions = run_without_kuberl(tmp_path, fmt, path, obs)
+    assert actions.shape == expected.shape == (32, 1)
+    assert np.abs(actions - expected).max() < 1e-5
+    assert np.abs(actions).max() <= 2.0 and np.ptp(actions) > 0
 
 
 MANIFEST = """\

@@ -4,20 +4,8 @@ import numpy as np
 import pytest
 
 from kuberl.trainer.algorithms.ppo import PPOConfig
-from kuberl.trainer.distributed.ray_runtime import init_ray
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2)
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 def test_two_actors_sample_in_parallel_and_survive_a_kill(ray_session) -> None:

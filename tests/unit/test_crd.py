@@ -62,7 +62,7 @@ def test_schema_is_structural():
 def test_schema_carries_the_constraints():
     spec = _schema()["properties"]["spec"]
     assert spec["required"] == ["algorithm", "env"]
-    assert spec["properties"]["algorithm"]["enum"] == ["ppo", "dqn", "apex-dqn", "impala", "appo"]
+    assert spec["properties"]["algorithm"]["enum"] == ["ppo", "dqn", "apex-dqn", "impala", "appo", "sac"]
     assert spec["properties"]["rollouts"]["properties"]["workers"]["minimum"] == 0
     assert spec["properties"]["learner"]["properties"]["gpus"]["type"] == "integer"
     assert "pattern" in spec["properties"]["head"]["properties"]["memory"]

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
-CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "custom-env.yaml", "minio.yaml",
+CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "pendulum-sac.yaml", "custom-env.yaml", "minio.yaml",
                  "pong-apex.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
                  "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
 
@@ -103,6 +103,14 @@ def test_pendulum_example_is_continuous_ppo():
     assert experiment.spec.algorithm == "ppo"
     env = gym.make(experiment.spec.env.id, **experiment.spec.env.config)
     assert isinstance(env.action_space, gym.spaces.Box)
+    env.close()
+
+
+def test_pendulum_sac_example_is_sac_on_a_bounded_box_with_rollout_workers():
+    spec = load_manifest((EXAMPLES / "pendulum-sac.yaml").read_text()).spec
+    assert spec.algorithm == "sac" and spec.rollouts.workers == 2 and spec.replay.prioritized
+    env = gym.make(spec.env.id, **spec.env.config)
+    assert isinstance(env.action_space, gym.spaces.Box) and np.isfinite(env.action_space.high).all()
     env.close()
 
 

@@ -22,6 +22,7 @@ from kuberl.api.hyperparams import (
     DQNParams,
     IMPALAParams,
     PPOParams,
+    SACParams,
 )
 
 Replay = Literal["none", "local", "shards"]  # none: on-policy; local: one buffer in the learner; shards: actors
@@ -54,6 +55,8 @@ REGISTRY: dict[str, AlgorithmEntry] = {
                        action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
         AlgorithmEntry("appo", APPOParams, "kuberl.trainer.algorithms.appo:APPOConfig",
                        action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
+        AlgorithmEntry("sac", SACParams, "kuberl.trainer.algorithms.sac:SACConfig",
+                       action_spaces=("Box",), observation_spaces=("Box",), replay="local"),
     )
 }
 

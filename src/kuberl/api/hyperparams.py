@@ -144,3 +144,32 @@ class APPOParams(IMPALAParams):
     target_update_interval: int = Field(16, ge=1, description="Learner updates between target-policy syncs.")
     buffer_batches: int = Field(4, ge=1, le=256, description="Train batches the learner keeps to learn from.")
     batch_reuse: int = Field(2, ge=1, le=100, description="Updates each train batch is used for before it leaves.")
+
+
+class SACParams(CommonParams):
+    lr: float = Field(3e-4, gt=0, le=1.0, description="The actor's (policy's) learning rate.")
+    critic_lr: float = Field(1e-3, gt=0, le=1.0, description="The twin Q-networks' learning rate.")
+    alpha_lr: float = Field(1e-3, gt=0, le=1.0, description="The entropy temperature's (log alpha's) learning rate.")
+    activation: Literal["tanh", "relu"] = "relu"
+    hidden: list[LayerWidth] = Field(default_factory=lambda: [256, 256], min_length=1, max_length=8,
+                                     description="MLP widths of the actor and of each Q-network.")
+    grad_clip: float | None = Field(None, gt=0, description="Global-norm clip of each network's gradients; null: none.")
+    tau: float = Field(0.005, gt=0, le=1.0, description="Polyak step of the target Q-networks after each update.")
+    n_step: int = Field(1, ge=1, le=100, description="n-step returns in the critic's target; 1 is SAC's own.")
+    train_batch_size: int = Field(256, ge=1, description="Transitions sampled from replay per learner update.")
+    learning_starts: int = Field(
+        1_000, ge=0, description="Env steps before the first update; until then actions are uniform in the Box."
+    )
+    replay_ratio: float = Field(
+        1.0, gt=0, description="Learner updates per env step (times train_batch_size samples per update)."
+    )
+    initial_alpha: float = Field(1.0, gt=0, description="The entropy temperature alpha before any tuning.")
+    target_entropy: float | None = Field(
+        None, description="The entropy alpha is tuned towards; null: -(action dimensions) (Haarnoja et al. 2018)."
+    )
+    priority_alpha: float = Field(
+        0.6, ge=0, le=1, description="Prioritized replay (spec.replay.prioritized): P(i) ~ (|TD error| + eps)^alpha."
+    )
+    priority_beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent of the critic's loss.")
+    priority_beta_timesteps: int = Field(100_000, ge=1, description="Anneal beta to 1 over this many env steps.")
+    priority_eps: float = Field(1e-6, gt=0, description="Added to |TD error| so no transition gets priority 0.")

@@ -10,7 +10,7 @@ Each iteration: set the workers' epsilon from the schedule, sample one fragment 
 worker, turn it into n-step transitions in the compact form (`kuberl.trainer.replay.frames`:
 frames stored once, in their own dtype), add them to replay (new transitions get the largest
 priority seen), then run `replay_ratio` learner updates per env step once `learning_starts`
-env steps are in, and send the new priorities back to the buffer.
+env steps are in, and send the new priorities back to the buffer (`kuberl.trainer.replay.local`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
-from kuberl.trainer.replay.buffers import make_replay_buffer
-from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition
-from kuberl.trainer.replay.nstep import TRANSITION_KEYS, compact_transitions
+from kuberl.trainer.replay.local import LocalReplay
+from kuberl.trainer.replay.nstep import TRANSITION_KEYS
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
@@ -161,15 +160,8 @@ class DQN(Algorithm):
         params = self.params
         self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device,
                                 bf16=self.spec.learner.bf16)
-        self.layout = FrameLayout.of(self.observation_space, self.frame_stack, params.observation_filter)
-        self.replay = make_replay_buffer(
-            self.spec.replay.capacity, prioritized=self.spec.replay.prioritized, alpha=params.priority_alpha,
-            beta=params.priority_beta, eps=params.priority_eps, seed=params.seed,
-            frames_per_transition=frames_per_transition(self.layout, self.spec.rollouts.fragment_length),
-        )
-        self.added_bytes = 0  # compact transitions added to replay, and their count: bytes per transition sent
-        self.added = 0
-        self.update_credit = 0.0  # fractional learner updates owed by the replay ratio
+        self.local_replay = LocalReplay(self.spec, params, self.observation_space, self.frame_stack)
+        self.replay = self.local_replay.buffer
         self.workers = WorkerSet(self.worker_config(), QPolicyFactory.from_params(params), self.spec.rollouts.workers)
         self.sync_weights()
 
@@ -179,44 +171,20 @@ class DQN(Algorithm):
         return linear_schedule(self.timesteps if timesteps is None else timesteps, p.epsilon_start, p.epsilon_end,
                                p.epsilon_timesteps)
 
-    def beta(self, timesteps: int) -> float:
-        p = self.params
-        return linear_schedule(timesteps, p.priority_beta, 1.0, p.priority_beta_timesteps)
-
     # -- one iteration ----------------------------------------------------------------------------
     def training_step(self) -> dict[str, Any]:
         assert self.workers is not None
-        p = self.params
         epsilon = self.epsilon()
         self.workers.configure_policies(epsilon=epsilon)
         batches = self.collect()
         env_steps = sum(b.env_steps for b in batches)
-        for batch in batches:
-            transitions, _ = compact_transitions(batch, gamma=p.gamma, n_step=p.n_step,
-                                                 stack_depth=self.layout.stack_depth)
-            self.replay.add(transitions)
-            self.added_bytes += transitions.nbytes
-            self.added += len(transitions)
-        seen = self.timesteps + env_steps
-        updates = 0
-        if seen >= p.learning_starts:
-            self.update_credit += env_steps * p.replay_ratio
-            updates = int(self.update_credit)
-            self.update_credit -= updates
-            beta = self.beta(seen)
-            for _ in range(updates):
-                sample = self.replay.sample(p.train_batch_size, beta=beta)
-                self.replay.update_priorities(sample["ids"], self.learner.update(sample))
+        self.local_replay.add(batches)
+        updates = self.local_replay.train(self.timesteps + env_steps, env_steps, self.learner.update)
         if updates:
             self.sync_weights()
         learner = self.learner.take_stats()
         learner.update(epsilon=epsilon, updatesThisIteration=updates)
-        replay = {
-            "shard_0": self.replay.stats(),
-            "bytesPerTransition": self.replay.nbytes / self.replay.capacity,
-            "wireBytesPerTransition": self.added_bytes / self.added if self.added else None,
-        }
-        return {"envSteps": env_steps, "learner": learner, "replay": replay}
+        return {"envSteps": env_steps, "learner": learner, "replay": self.local_replay.stats()}
 
     # -- the Algorithm contract -------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:
@@ -236,11 +204,12 @@ class DQN(Algorithm):
 
     def learner_state(self) -> dict[str, bytes]:
         files = self.learner.state_files()
-        files[SCHEDULE_FILE] = json.dumps({"updateCredit": self.update_credit, "epsilon": self.epsilon()}).encode()
+        schedule = {"updateCredit": self.local_replay.update_credit, "epsilon": self.epsilon()}
+        files[SCHEDULE_FILE] = json.dumps(schedule).encode()
         return files
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
         self.learner.load_state_files(files)
         if SCHEDULE_FILE in files:
-            self.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
+            self.local_replay.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
 

@@ -64,8 +64,11 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
     entry = REGISTRY[spec.algorithm]
     errors: list[FieldError] = []
     if not isinstance(action_space, _space_classes(entry.action_spaces)):
-        continuous = [name for name, other in REGISTRY.items() if "Box" in other.action_spaces]
-        hint = f" (use {' or '.join(continuous)} for continuous actions)" if "Box" not in entry.action_spaces else ""
+        hint = ""
+        for space, kind in (("Box", "continuous"), ("Discrete", "discrete")):
+            if space not in entry.action_spaces and isinstance(action_space, _space_classes((space,))):
+                fits = [name for name, other in REGISTRY.items() if space in other.action_spaces]
+                hint = f" (use {' or '.join(fits)} for {kind} actions)"
         errors.append(
             FieldError(
                 "spec.env.id",

@@ -1,5 +1,5 @@
 """The policies rollout workers run: PPO's actor (in numpy for vectors, in torch on the CPU for
-images), epsilon-greedy over a Q-network, and IMPALA's policy head.
+images), epsilon-greedy over a Q-network, IMPALA's policy head and SAC's squashed Gaussian actor.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
 and loads the numpy weights the learner publishes.
@@ -20,6 +20,7 @@ from kuberl.trainer.models.encoders import EncoderSpec, is_image_space
 from kuberl.trainer.models.numpy_mlp import NumpyMLP
 from kuberl.trainer.models.policy_value import PolicyHead
 from kuberl.trainer.models.q_network import QNetwork, q_network
+from kuberl.trainer.models.sac_networks import SquashedGaussianActor
 from kuberl.trainer.models.weights import load_weights
 
 
@@ -177,3 +178,45 @@ class PolicyHeadFactory:
         configure_cpu_threads()
         torch.manual_seed(seed)
         return PolicyHeadSampler(PolicyHead(observation_space, action_space, self.encoder))
+
+
+class SACSamplingPolicy:
+    """SAC's actor on the CPU: sampled squashed actions while training, the squashed mean when not exploring,
+    and uniform actions in the Box until the learner starts (`configure(uniform=...)`)."""
+
+    def __init__(self, actor: SquashedGaussianActor, action_space: gym.Space, seed: int):
+        self.actor = actor.eval()
+        self.low = action_space.low.astype(np.float32)
+        self.high = action_space.high.astype(np.float32)
+        self.uniform = False
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def configure(self, uniform: bool | None = None) -> None:
+        if uniform is not None:
+            self.uniform = bool(uniform)
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        load_weights(self.actor, weights)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if explore and self.uniform:
+            shape = (len(obs), *self.low.shape)
+            return self.rng.uniform(self.low, self.high, shape).astype(np.float32), {}
+        with torch.no_grad():
+            obs_t = obs_tensor(obs)
+            actions = self.actor.sample(obs_t, self.generator)[0] if explore else self.actor.greedy(obs_t)
+        return actions.numpy().reshape(len(obs), *self.low.shape), {}
+
+
+@dataclass(frozen=True)
+class SACPolicyFactory:
+    """Builds a worker's SACSamplingPolicy; a plain dataclass so that it pickles to Ray actors."""
+
+    encoder: EncoderSpec
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> SACSamplingPolicy:
+        configure_cpu_threads()
+        torch.manual_seed(seed)
+        return SACSamplingPolicy(SquashedGaussianActor(observation_space, action_space, self.encoder), action_space,
+                                 seed)

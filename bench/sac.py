@@ -1,0 +1,180 @@
+"""kuberl SAC on HalfCheetah-v5 for N env steps, and with --rllib RLlib 2.60's SAC for as many, with as many
+env runners (rollout workers) and envs each: the 100-episode return mean at the end, the wall time, and the
+ratios kuberl / RLlib.
+
+    .venv/bin/python -m bench.sac                                # kuberl, 300,000 env steps, 2 workers
+    make bench-deps && .venv/bin/python -m bench.sac --rllib     # also RLlib SAC
+    .venv/bin/python -m bench.sac --rllib --timesteps 5000       # a smoke run
+    .venv/bin/python -m bench.sac --pendulum-seeds 1,2,3 --timesteps 0   # kuberl only: Pendulum-v1 to -250
+
+--pendulum-seeds runs the learning test's settings (tests/integration/test_sac.py: in-process, 64x64 nets,
+replay ratio 0.25) to a 100-episode return mean of -250 and prints wall and CPU seconds per seed.
+
+Both use one learner update of 256 transitions per env step (RLlib: training_intensity 256), 256x256 nets,
+uniform replay of 1,000,000 and `--learning-starts` random steps; otherwise each its own SAC defaults. Both
+clocks start at the first train() call (Ray's start and the build are reported apart); HalfCheetah's
+episodes are 1,000 steps, so the return mean is over the last min(100, episodes) of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from cartpole import ratio  # noqa: E402
+from rllib_runner import run_script  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "HalfCheetah-v5"
+BATCH = 256
+
+RLLIB_SCRIPT = r'''
+import json, os, sys, time
+env, timesteps, seed, runners, envs, starts, batch = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                                      int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]),
+                                                      int(sys.argv[7]))
+started = time.perf_counter()
+import ray
+from ray.rllib.algorithms.sac import SACConfig
+ray.init(address="local", _node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False,
+         num_cpus=max(4, os.cpu_count()))
+config = (SACConfig().environment(env)
+          .env_runners(num_env_runners=runners, num_envs_per_env_runner=envs)
+          .training(train_batch_size_per_learner=batch, training_intensity=batch,
+                    num_steps_sampled_before_learning_starts=starts,
+                    replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": 1_000_000})
+          .reporting(min_sample_timesteps_per_iteration=1000)
+          .debugging(seed=seed))
+algo = config.build_algo()
+startup = time.perf_counter() - started
+t0 = time.perf_counter()
+steps, ret = 0, None
+while steps < timesteps:
+    result = algo.train()
+    runners_ = result.get("env_runners", {})
+    steps = int(result.get("num_env_steps_sampled_lifetime") or runners_.get("num_env_steps_sampled_lifetime") or steps)
+    ret = runners_.get("episode_return_mean")
+    ret = None if ret is None else float(ret)
+    print(json.dumps({"progress": True, "timeSeconds": time.perf_counter() - t0, "timesteps": steps,
+                      "episodeReturnMean": ret}), flush=True)
+elapsed = time.perf_counter() - t0
+print(json.dumps({"done": True, "timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret,
+                  "startupSeconds": startup}), flush=True)
+algo.stop()
+ray.shutdown()
+'''
+
+
+def kuberl(timesteps: int, seed: int, workers: int, envs: int, learning_starts: int) -> dict[str, Any]:
+    from kuberl.trainer.algorithms.sac import SACConfig
+
+    started = time.perf_counter()
+    algo = (SACConfig().environment(ENV).rollouts(workers=workers, envs_per_worker=envs)
+            .replay(capacity=1_000_000, prioritized=False)
+            .training(train_batch_size=BATCH, replay_ratio=1.0, hidden=[256, 256], learning_starts=learning_starts)
+            .debugging(seed=seed).build())
+    startup = time.perf_counter() - started
+    t0 = time.perf_counter()
+    try:
+        result = algo.train()
+        while result["timesteps"] < timesteps:
+            result = algo.train()
+    finally:
+        algo.stop()
+    return {"timeSeconds": time.perf_counter() - t0, "timesteps": result["timesteps"],
+            "episodes": result["episodes"], "episodeReturnMean": result["episodeReturnMean"],
+            "updates": result["learner"]["updates"], "startupSeconds": startup}
+
+
+def rllib(python: Path, timesteps: int, seed: int, workers: int, envs: int, learning_starts: int,
+          deadline: float) -> dict[str, Any]:
+    if not python.exists():
+        return {"error": f"{python} not found: run `make bench-deps` first"}
+    args = [ENV, str(timesteps), str(seed), str(workers), str(envs), str(learning_starts), str(BATCH)]
+    run = run_script(python, RLLIB_SCRIPT, args, deadline)
+    final = [line for line in run.lines if line.get("done")]
+    if final:
+        return final[-1]
+    return {"error": run.error("RLlib"), **({"lastProgress": run.lines[-1]} if run.lines else {})}
+
+
+def pendulum_to_target(seed: int, target: float = -250.0, cap_seconds: float = 3600.0) -> dict[str, Any]:
+    from kuberl.trainer.algorithms.sac import SACConfig
+
+    algo = (SACConfig().environment("Pendulum-v1").rollouts(workers=0)
+            .training(hidden=[64, 64], replay_ratio=0.25).debugging(seed=seed).build())
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    try:
+        while True:
+            result = algo.train()
+            mean = result["episodeReturnMean"]
+            if (mean is not None and mean >= target and result["episodes"] >= 100) \
+                    or time.perf_counter() - t0 > cap_seconds:
+                break
+    finally:
+        algo.stop()
+    return {"seed": seed, "reached": mean is not None and mean >= target, "timeSeconds": time.perf_counter() - t0,
+            "cpuSeconds": time.process_time() - cpu0, "timesteps": result["timesteps"], "episodeReturnMean": mean}
+
+
+def _line(name: str, run: dict[str, Any]) -> str:
+    mean = run["episodeReturnMean"]
+    return (f"{name}: {run['timesteps']:,} env steps in {run['timeSeconds']:.1f} s "
+            f"(startup {run['startupSeconds']:.1f} s), 100-episode return mean "
+            f"{'n/a (no episode finished)' if mean is None else f'{mean:.1f}'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--timesteps", type=int, default=300_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2, help="rollout workers (RLlib: env runners)")
+    parser.add_argument("--envs-per-worker", type=int, default=1)
+    parser.add_argument("--learning-starts", type=int, default=5_000)
+    parser.add_argument("--rllib", action="store_true", help="also run RLlib 2.60 SAC from .venv-rllib")
+    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--rllib-deadline", type=float, default=24 * 3600.0, help="seconds before RLlib is stopped")
+    parser.add_argument("--pendulum-seeds", default="", help="also: kuberl SAC on Pendulum-v1 to -250, these seeds")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers}
+    pendulum = []
+    for seed in (int(s) for s in args.pendulum_seeds.split(",") if s):
+        run = pendulum_to_target(seed)
+        pendulum.append(run)
+        print(f"kuberl SAC Pendulum-v1 seed {seed}: {'reached' if run['reached'] else 'NOT reached'} -250 in "
+              f"{run['timeSeconds']:.1f} s wall, {run['cpuSeconds']:.1f} s CPU, {run['timesteps']:,} env steps",
+              flush=True)
+    report["pendulum"] = pendulum
+    if args.timesteps <= 0:
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0 if all(r["reached"] for r in pendulum) else 1
+
+    ours = kuberl(args.timesteps, args.seed, args.workers, args.envs_per_worker, args.learning_starts)
+    print(_line("kuberl SAC", ours), flush=True)
+    report["kuberl"] = ours
+    if args.rllib:
+        theirs = rllib(args.rllib_python, args.timesteps, args.seed, args.workers, args.envs_per_worker,
+                       args.learning_starts, args.rllib_deadline)
+        report["rllib"] = theirs
+        if "error" in theirs:
+            print(f"RLlib SAC: {theirs['error']}", flush=True)
+        else:
+            print(_line("RLlib SAC", theirs), flush=True)
+            print(f"wall time, kuberl / RLlib: {ratio(ours['timeSeconds'], theirs['timeSeconds'])}; "
+                  f"return mean, kuberl / RLlib: {ratio(ours['episodeReturnMean'], theirs['episodeReturnMean'])}",
+                  flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
