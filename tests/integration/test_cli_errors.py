@@ -46,13 +46,13 @@ CASES = {
     "bad-yaml": (GOOD.replace("algorithm: ppo", "algorithm: ppo: x"), ["invalid YAML at line 5"]),
     "api-version": (GOOD.replace("v1alpha1", "v2"), ["error: apiVersion: must be 'kuberl.io/v1alpha1'"]),
     "kind": (GOOD.replace("kind: RLExperiment", "kind: Pod"), ["error: kind: must be 'RLExperiment'"]),
-    "algorithm": (GOOD.replace("algorithm: ppo", "algorithm: sac"), ["error: spec.algorithm: must be one of"]),
+    "algorithm": (GOOD.replace("algorithm: ppo", "algorithm: sacc"), ["error: spec.algorithm: must be one of"]),
     "range": (GOOD + "  rollouts: {workers: -1}\n", ["error: spec.rollouts.workers: must be >= 0"]),
     "unknown-env": (GOOD.replace("CartPole-v1", "CartPoel-v1"), ["error: spec.env.id:", "CartPoel-v1"]),
     "bad-module": (GOOD.replace("CartPole-v1", "no_such_pkg.envs:Thing"), ["error: spec.env.id:", "no_such_pkg"]),
     "dqn-continuous": (
         GOOD.replace("algorithm: ppo", "algorithm: dqn").replace("CartPole-v1", "Pendulum-v1"),
-        ["error: spec.env.id:", "needs Discrete actions"],
+        ["error: spec.algorithm:", "dqn needs Discrete actions", "Pendulum-v1"],
     ),
 }
 

@@ -72,9 +72,9 @@ def test_missing_class_in_a_real_module(custom_env_module: str) -> None:
 
 def test_dqn_on_continuous_actions_is_refused() -> None:
     errors = env_errors(experiment("dqn", "Pendulum-v1"))
-    assert [e.path for e in errors] == ["spec.env.id"]
+    assert [e.path for e in errors] == ["spec.algorithm"]
     assert "Box" in errors[0].message and "Discrete" in errors[0].message
-    assert [e.path for e in env_errors(experiment("apex-dqn", "MountainCarContinuous-v0"))] == ["spec.env.id"]
+    assert [e.path for e in env_errors(experiment("apex-dqn", "MountainCarContinuous-v0"))] == ["spec.algorithm"]
 
 
 def test_env_config_the_env_rejects_names_spec_env_config(custom_env_module: str) -> None:

@@ -229,5 +229,5 @@ def test_sac_on_discrete_actions_is_refused() -> None:
         "spec": {"algorithm": "sac", "env": {"id": "CartPole-v1"}, "stop": {"iterations": 1}},
     })
     (error,) = env_errors(experiment)
-    assert error.path == "spec.env.id"
+    assert error.path == "spec.algorithm"
     assert "Discrete" in error.message and "sac needs Box actions" in error.message and "dqn" in error.message

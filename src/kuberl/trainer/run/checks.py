@@ -71,9 +71,9 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
                 hint = f" (use {' or '.join(fits)} for {kind} actions)"
         errors.append(
             FieldError(
-                "spec.env.id",
-                f"{spec.env.id!r} has a {_space_name(action_space)} action space; "
-                f"{spec.algorithm} needs {' or '.join(entry.action_spaces)} actions" + hint,
+                "spec.algorithm",
+                f"{spec.algorithm} needs {' or '.join(entry.action_spaces)} actions, but {spec.env.id!r} has a "
+                f"{_space_name(action_space)} action space" + hint,
             )
         )
     if not isinstance(observation_space, _space_classes(entry.observation_spaces)):
