@@ -13,6 +13,7 @@ from kuberl.trainer.replay.buffers import PrioritizedReplayBuffer, split_capacit
 from kuberl.trainer.replay.frames import NStepRows, encode_frames
 from kuberl.trainer.replay.memory import (
     FrameLayout,
+    action_bytes,
     bytes_per_transition,
     frames_per_transition,
     replay_bytes,
@@ -94,3 +95,12 @@ def test_on_the_wire_an_atari_transition_is_a_frame_and_a_few_indices() -> None:
     per_transition = fragment.nbytes / len(fragment)
     assert per_transition <= 7056 * (1 + 4 / 64) + 64, per_transition
     assert fragment.frames.dtype == np.uint8
+
+
+def test_continuous_actions_are_counted_at_their_float32_size() -> None:
+    layout = FrameLayout.of(gym.spaces.Box(-1, 1, (17,), dtype=np.float64))  # HalfCheetah's observations
+    cheetah_actions = gym.spaces.Box(-1, 1, (6,), dtype=np.float32)
+    assert action_bytes(cheetah_actions) == 6 * 4 and action_bytes(gym.spaces.Discrete(6)) == 8
+    discrete = bytes_per_transition(layout, 64, 1000, prioritized=False)
+    continuous = bytes_per_transition(layout, 64, 1000, prioritized=False, action_size=action_bytes(cheetah_actions))
+    assert continuous - discrete == pytest.approx(24 - 8)

@@ -23,7 +23,8 @@ from kuberl.trainer.sampling.rollout_worker import stored_dtype
 EPISODE_END_FRAMES_PER_STEP = {"image": 1 / 100, "small": 1 / 10}
 SMALL_FRAME_BYTES = 1024
 FRAME_ID_BYTES = 8  # int64 global frame ids
-ACTION_BYTES = 8  # int64 discrete actions, as the Q-policy emits them
+DISCRETE_ACTION_BYTES = 8  # int64 discrete actions, as the Q-policy emits them
+CONTINUOUS_ACTION_ITEM_BYTES = 4  # float32 Box actions, as SAC's policy emits them
 PER_TRANSITION_SCALARS = 8 + 4 + 4  # id (int64), n-step reward and discount (float32)
 
 
@@ -56,15 +57,25 @@ def frames_per_transition(layout: FrameLayout, fragment_length: int) -> float:
     return 1 + layout.stack_depth / fragment_length + EPISODE_END_FRAMES_PER_STEP[kind]
 
 
-def bytes_per_transition(layout: FrameLayout, fragment_length: int, capacity: int, *, prioritized: bool) -> float:
+def action_bytes(action_space: gym.Space) -> int:
+    """Bytes one stored action takes: an int64 for Discrete, float32s for a Box."""
+    if isinstance(action_space, gym.spaces.Box):
+        return int(np.prod(action_space.shape, dtype=np.int64)) * CONTINUOUS_ACTION_ITEM_BYTES
+    return DISCRETE_ACTION_BYTES
+
+
+def bytes_per_transition(layout: FrameLayout, fragment_length: int, capacity: int, *, prioritized: bool,
+                         action_size: int = DISCRETE_ACTION_BYTES) -> float:
     """Bytes one transition slot of a buffer of `capacity` takes, everything allocated counted."""
     frames = math.ceil(capacity * frames_per_transition(layout, fragment_length)) * layout.frame_bytes / capacity
     indices = 2 * layout.stack_depth * FRAME_ID_BYTES
     trees = 2 * 2 * tree_leaves(capacity) * 8 / capacity if prioritized else 0.0  # sum and min trees, float64
-    return frames + indices + ACTION_BYTES + PER_TRANSITION_SCALARS + trees
+    return frames + indices + action_size + PER_TRANSITION_SCALARS + trees
 
 
-def replay_bytes(layout: FrameLayout, fragment_length: int, capacities: list[int], *, prioritized: bool) -> list[int]:
+def replay_bytes(layout: FrameLayout, fragment_length: int, capacities: list[int], *, prioritized: bool,
+                 action_size: int = DISCRETE_ACTION_BYTES) -> list[int]:
     """Bytes each buffer (shard) of these capacities takes."""
-    return [math.ceil(bytes_per_transition(layout, fragment_length, c, prioritized=prioritized) * c)
+    return [math.ceil(bytes_per_transition(layout, fragment_length, c, prioritized=prioritized,
+                                           action_size=action_size) * c)
             for c in capacities]

@@ -17,7 +17,7 @@ from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError, hyperparams_for
 from kuberl.trainer.replay.buffers import split_capacity
-from kuberl.trainer.replay.memory import FrameLayout, bytes_per_transition, replay_bytes
+from kuberl.trainer.replay.memory import FrameLayout, action_bytes, bytes_per_transition, replay_bytes
 from kuberl.trainer.sampling.envs import EnvSpaces
 
 REPLAY_SHARE = 0.6
@@ -108,9 +108,11 @@ def replay_memory_errors(experiment: RLExperiment, spaces: EnvSpaces, *, in_clus
     layout = FrameLayout.of(spaces.observation_space, spaces.frame_stack, hyperparams_for(experiment).observation_filter)
     fragment, prioritized = spec.rollouts.fragment_length, spec.replay.prioritized
     shards = spec.replay.shards if kind == "shards" else 1
+    action_size = action_bytes(spaces.action_space)
 
     def shard_bytes(capacity: int) -> list[int]:
-        return replay_bytes(layout, fragment, split_capacity(capacity, shards), prioritized=prioritized)
+        return replay_bytes(layout, fragment, split_capacity(capacity, shards), prioritized=prioritized,
+                            action_size=action_size)
 
     needed = shard_bytes(spec.replay.capacity)
     if pack(needed, places) is not None:
@@ -122,7 +124,8 @@ def replay_memory_errors(experiment: RLExperiment, spaces: EnvSpaces, *, in_clus
             low = mid
         else:
             high = mid - 1
-    per_transition = bytes_per_transition(layout, fragment, spec.replay.capacity, prioritized=prioritized)
+    per_transition = bytes_per_transition(layout, fragment, spec.replay.capacity, prioritized=prioritized,
+                                          action_size=action_size)
     frames = f"{layout.stack_depth} x " if layout.stack_depth > 1 else ""
     observation = f"{frames}{'x'.join(map(str, layout.frame_shape)) or 'scalar'} {layout.dtype} observations"
     shard_text = f" in {shards} shards of {_gib(max(needed))}" if shards > 1 else ""
