@@ -50,3 +50,22 @@ def test_local_priorities_are_the_workers_own_n_step_td_errors() -> None:
     next_max = policy.q_values(next_obs).max(axis=1)
     expected = np.abs(np.array([1.0 + 0.9 * next_max[0], 2.0]) - np.array([0.3, -0.5]))
     assert local_priorities(policy, transitions) == pytest.approx(expected, rel=1e-5)
+
+
+def test_priorities_for_slots_overwritten_since_sampling_are_dropped() -> None:
+    # The learner's priorities come back after the shard went on adding: a slot may hold a newer
+    # transition by then, which must keep its own priority.
+    shard = ReplayShard(0, 8, alpha=1.0, eps=0.0, seed=2)
+    shard.add(_transitions(8), np.ones(8))
+    batch, _ = shard.sample(16, beta=0.4)
+    sampled = np.unique(batch["ids"])
+    shard.add(_transitions(4, start=8), np.full(4, 1.0))  # ids 8-11 take the slots of ids 0-3
+    overwritten = sampled < 4
+    assert overwritten.any() and (~overwritten).any()
+    dropped = shard.update_priorities(sampled, np.full(len(sampled), 1000.0))
+    assert dropped == overwritten.sum()
+    assert shard.stats()["droppedPriorityUpdates"] == dropped
+    later, _ = shard.sample(4000, beta=0.4)
+    newer = later["obs"][:, 0] >= 8  # ids 8-11 kept priority 1, next to the 1000s of the live sampled ids
+    assert newer.mean() < 0.05, newer.mean()
+    assert set(later["ids"][later["ids"] < 4].tolist()) == set()

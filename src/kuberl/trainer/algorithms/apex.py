@@ -108,6 +108,7 @@ class ApexDQN(Algorithm):
         self.worker_returns: dict[int, deque[float]] = {}
         self._local_network = build_q_network(self.observation_space, self.action_space, p)
         self.known_updates = 0
+        self.reported_updates = 0  # the learner's updates at the last results line
         self.final_learner_files: dict[str, bytes] | None = None
         fragment_steps = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * self.fragments_per_call
         self.slack_updates = 2 * self.num_workers * fragment_steps * p.replay_ratio
@@ -226,6 +227,10 @@ class ApexDQN(Algorithm):
             raise RuntimeError(f"the Ape-X learner failed:\n{learner['error']}")
         elapsed = time.perf_counter() - started
         self.policy_version = learner["weightSyncs"]
+        # Transitions trained on per env step sampled in this iteration: what both replay-ratio bounds hold.
+        trained = (learner["updates"] - self.reported_updates) * self.params.train_batch_size
+        learner["replayRatio"] = trained / env_steps if env_steps else None
+        self.reported_updates = learner["updates"]
         workers = {
             f"worker_{index}": {
                 **stats, "envStepsPerSecond": stats["envSteps"] / elapsed if elapsed > 0 else 0.0,
@@ -309,6 +314,7 @@ class ApexDQN(Algorithm):
         import ray
 
         ray.get(self.learner.load_state_files.remote(files))
+        self.reported_updates = ray.get(self.learner.progress.remote())[0]
 
     def stop(self) -> None:
         import ray
