@@ -86,12 +86,14 @@ images-check: images-local $(STAMP) ## run the images-local images: operator --h
 
 RLLIB_VENV ?= .venv-rllib
 
-# RLlib is never a kuberl dependency: bench/cartpole.py runs it from its own venv for the comparison.
-bench-deps: ## RLlib 2.60 (with torch, pinned) in .venv-rllib, for bench/cartpole.py
+# RLlib is never a kuberl dependency: the benches run it from its own venv for the comparisons
+# (its Atari wrappers resize frames with OpenCV).
+bench-deps: ## RLlib 2.60 (with torch, pinned) and the Atari/MuJoCo envs in .venv-rllib, for bench/*.py
 	test -x $(RLLIB_VENV)/bin/python || $(PYTHON) -m venv $(RLLIB_VENV)
 	$(RLLIB_VENV)/bin/python -m pip install -q --upgrade pip
 	$(RLLIB_VENV)/bin/python -m pip install -q "$(TORCH)"
 	$(RLLIB_VENV)/bin/python -m pip install -q "ray[rllib]==2.60.0"
+	$(RLLIB_VENV)/bin/python -m pip install -q "gymnasium[atari,mujoco]" "ale-py==0.12.1" "mujoco==4.0.0" "opencv-python-headless==5.0.0.93"
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache

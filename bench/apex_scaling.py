@@ -27,43 +27,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
-from rllib_runner import run_script  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-RLLIB_SCRIPT = r'''
-import json, os, sys, time
-algorithm, target, cap, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-started = time.perf_counter()
-import ray
-if algorithm == "APPO":
-    from ray.rllib.algorithms.appo import APPOConfig as Config
-else:
-    from ray.rllib.algorithms.dqn import DQNConfig as Config
-# Logical CPUs beyond the machine's 2: APPO's aggregator actors and env runners want more than 2 CPUs
-# of Ray resources and otherwise wait unscheduled forever on a 2-core machine.
-ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False, num_cpus=max(4, os.cpu_count()))
-algo = Config().environment("CartPole-v1").debugging(seed=seed).build_algo()
-startup = time.perf_counter() - started
-t0 = time.perf_counter()
-steps, ret, elapsed = 0, None, 0.0
-while elapsed <= cap:
-    result = algo.train()
-    runners = result.get("env_runners", {})
-    ret = runners.get("episode_return_mean")
-    steps = result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps
-    elapsed = time.perf_counter() - t0
-    ret = None if ret is None else float(ret)
-    print(json.dumps({"timeSeconds": elapsed, "timesteps": int(steps), "episodeReturnMean": ret}), flush=True)
-    if ret is not None and ret >= target:
-        break
-ret = None if ret is None else float(ret)
-print(json.dumps({"final": True, "reached": ret is not None and ret >= target, "timeSeconds": elapsed,
-                  "timesteps": int(steps), "episodeReturnMean": ret, "envStepsPerSecond": steps / max(elapsed, 1e-9),
-                  "startupSeconds": startup}), flush=True)
-algo.stop()
-ray.shutdown()
-'''
+from rllib_runner import DEFAULT_PYTHON, RLlibRun, run_rllib  # noqa: E402
 
 
 def apex_config(workers: int, shards: int, seed: int, **training: Any):
@@ -131,15 +95,8 @@ def time_to_target(target: float, cap: float, seed: int) -> dict[str, Any]:
     }
 
 
-def run_rllib(python: Path, algorithm: str, target: float, cap: float, seed: int) -> dict[str, Any]:
-    if not python.exists():
-        return {"error": f"{python} not found: run `make bench-deps` first"}
-    run = run_script(python, RLLIB_SCRIPT, [algorithm, str(target), str(cap), str(seed)], 2 * cap + 180)
-    final = [line for line in run.lines if line.get("final")]
-    curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in run.lines if not line.get("final")]
-    if final:
-        return {**final[-1], "curve": curve}
-    return {"error": run.error(f"RLlib {algorithm}"), "curve": curve}
+def rllib_to_target(python: Path, algorithm: str, target: float, cap: float, seed: int) -> dict[str, Any]:
+    return run_rllib(python, RLlibRun(algorithm, seed=seed, target=target, cap=cap))
 
 
 def print_table(throughput: list[dict[str, Any]]) -> None:
@@ -225,7 +182,7 @@ def main() -> int:
     parser.add_argument("--rllib-cap", type=float, default=300.0, help="each RLlib run's cap, seconds")
     parser.add_argument("--rllib", default="APPO,DQN", help="RLlib algorithms to run; empty skips RLlib")
     parser.add_argument("--rllib-repeats", type=int, default=1, help="runs of each RLlib algorithm")
-    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
@@ -250,7 +207,7 @@ def main() -> int:
     rllib: dict[str, list[dict[str, Any]]] = {}
     for name in (n for n in args.rllib.split(",") if n):
         for i in range(args.rllib_repeats):
-            run = run_rllib(args.rllib_python, name, args.target, args.rllib_cap, args.seed + i)
+            run = rllib_to_target(args.rllib_python, name, args.target, args.rllib_cap, args.seed + i)
             rllib.setdefault(name, []).append(run)
             print(describe(f"RLlib {name} (defaults), seed {args.seed + i}", run, args.target), flush=True)
 

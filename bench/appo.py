@@ -23,56 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
-from cartpole import ratio  # noqa: E402
-from rllib_runner import run_script  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-RLLIB_SCRIPT = r'''
-import json, os, sys, time
-mode, target, cap, seed, runners = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-started = time.perf_counter()
-import ray
-from ray.rllib.algorithms.appo import APPOConfig
-# A Ray of its own ("local": never someone else's cluster on this machine), with logical CPUs beyond the
-# machine's 2: APPO's aggregator actors and env runners wait forever on a 2-CPU Ray.
-ray.init(address="local", _node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False,
-         num_cpus=max(4, os.cpu_count()))
-algo = (APPOConfig().environment("CartPole-v1").env_runners(num_env_runners=runners)
-        .debugging(seed=seed).build_algo())
-startup = time.perf_counter() - started
-
-def steps_of(result, steps):
-    runners_ = result.get("env_runners", {})
-    return int(result.get("num_env_steps_sampled_lifetime") or runners_.get("num_env_steps_sampled_lifetime") or steps)
-
-t0 = time.perf_counter()
-steps, ret = 0, None
-if mode == "scaling":
-    steps = steps_of(algo.train(), 0)  # warm-up
-    t0, first = time.perf_counter(), steps
-    while time.perf_counter() - t0 < cap:
-        steps = steps_of(algo.train(), steps)
-    elapsed = time.perf_counter() - t0
-    print(json.dumps({"done": True, "envStepsPerSecond": (steps - first) / elapsed, "startupSeconds": startup}),
-          flush=True)
-else:
-    while True:
-        result = algo.train()
-        ret = result.get("env_runners", {}).get("episode_return_mean")
-        ret = None if ret is None else float(ret)
-        steps = steps_of(result, steps)
-        elapsed = time.perf_counter() - t0
-        print(json.dumps({"progress": True, "timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}),
-              flush=True)
-        if (ret is not None and ret >= target) or elapsed > cap:
-            break
-    print(json.dumps({"done": True, "reached": ret is not None and ret >= target, "timeSeconds": elapsed,
-                      "timesteps": steps, "episodeReturnMean": ret, "envStepsPerSecond": steps / elapsed,
-                      "startupSeconds": startup}), flush=True)
-algo.stop()
-ray.shutdown()
-'''
+from rllib_runner import DEFAULT_PYTHON, RLlibRun, ratio, run_rllib  # noqa: E402
 
 
 def _build(workers: int, seed: int) -> Any:
@@ -120,13 +71,8 @@ def kuberl_scaling(workers: int, seconds: float) -> dict[str, Any]:
 
 
 def rllib(python: Path, mode: str, target: float, cap: float, seed: int, runners: int) -> dict[str, Any]:
-    if not python.exists():
-        return {"error": f"{python} not found: run `make bench-deps` first"}
-    run = run_script(python, RLLIB_SCRIPT, [mode, str(target), str(cap), str(seed), str(runners)], 2 * cap + 180)
-    final = [line for line in run.lines if line.get("done")]
-    if final:
-        return final[-1]
-    return {"error": run.error("RLlib"), **({"lastProgress": run.lines[-1]} if run.lines else {})}
+    window = cap if mode == "scaling" else None
+    return run_rllib(python, RLlibRun("APPO", seed=seed, env_runners=runners, target=target, cap=cap, window=window))
 
 
 def main() -> int:
@@ -138,7 +84,7 @@ def main() -> int:
     parser.add_argument("--scaling", default="1,2,4", help="worker counts of the scaling table; empty skips it")
     parser.add_argument("--scaling-seconds", type=float, default=20.0)
     parser.add_argument("--rllib", action="store_true", help="also run RLlib 2.60 APPO from .venv-rllib")
-    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--rllib-seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

@@ -22,38 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
-from rllib_runner import run_script  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-RLLIB_SCRIPT = r'''
-import json, sys, time
-target, cap, seed = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-started = time.perf_counter()
-import ray
-from ray.rllib.algorithms.ppo import PPOConfig
-ray.init(_node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False)
-algo = PPOConfig().environment("CartPole-v1").debugging(seed=seed).build_algo()
-startup = time.perf_counter() - started
-t0 = time.perf_counter()
-steps, ret = 0, None
-while True:
-    result = algo.train()
-    runners = result.get("env_runners", {})
-    ret = runners.get("episode_return_mean")
-    ret = None if ret is None else float(ret)
-    steps = int(result.get("num_env_steps_sampled_lifetime") or runners.get("num_env_steps_sampled_lifetime") or steps)
-    elapsed = time.perf_counter() - t0
-    print(json.dumps({"progress": True, "timeSeconds": elapsed, "timesteps": steps, "episodeReturnMean": ret}), flush=True)
-    if (ret is not None and ret >= target) or elapsed > cap:
-        break
-print(json.dumps({"reached": ret is not None and ret >= target, "timeSeconds": elapsed, "timesteps": steps,
-                  "episodeReturnMean": ret, "envStepsPerSecond": steps / elapsed, "startupSeconds": startup}),
-      flush=True)
-algo.stop()
-ray.shutdown()
-'''
-
+from rllib_runner import DEFAULT_PYTHON, RLlibRun, ratio, run_rllib  # noqa: E402
 
 # Returns that count as solved, for --defaults-check: PPO's default hyperparameters on each env.
 SOLVED = {"CartPole-v1": 450.0, "Acrobot-v1": -100.0, "Pendulum-v1": -250.0}
@@ -102,21 +71,9 @@ def kuberl_sampling_throughput(seconds: float, envs: int, fragment: int) -> floa
         algo.stop()
 
 
-def run_rllib(python: Path, target: float, seed: int, cap_seconds: float) -> dict[str, Any]:
-    """RLlib's run as a subprocess; its last progress line is kept if it has to be stopped."""
-    if not python.exists():
-        return {"error": f"{python} not found: run `make bench-deps` first"}
-    # Training stops itself after cap_seconds; Ray's start and RLlib's build get as long again (slow when busy).
-    run = run_script(python, RLLIB_SCRIPT, [str(target), str(cap_seconds), str(seed)], 2 * cap_seconds + 120)
-    final = [line for line in run.lines if "reached" in line]
-    if final:
-        return final[-1]
-    last = run.lines[-1] if run.lines else {}
-    return {"error": run.error("RLlib"), **({"lastProgress": last} if last else {})}
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.3f}" if a and b else "n/a"
+def rllib_to_target(python: Path, target: float, seed: int, cap_seconds: float) -> dict[str, Any]:
+    """RLlib's run as a subprocess (its defaults); its last progress line is kept if it has to be stopped."""
+    return run_rllib(python, RLlibRun("PPO", seed=seed, target=target, cap=cap_seconds))
 
 
 def defaults_check(seeds: str, cap_seconds: float) -> int:
@@ -138,7 +95,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="kuberl rollouts.workers")
     parser.add_argument("--kuberl-timeout", type=float, default=120.0)
     parser.add_argument("--kuberl-only", action="store_true")
-    parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
+    parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--rllib-timeout", type=float, default=300.0)
     parser.add_argument("--rllib-seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -163,7 +120,7 @@ def main() -> int:
     report: dict[str, Any] = {"kuberl": {"runs": runs, "medianTimeSeconds": median_time,
                                          "medianTimesteps": median_steps, "samplingStepsPerSecond": sampling}}
     if not args.kuberl_only:
-        rllib = run_rllib(args.rllib_python, args.target, args.rllib_seed, args.rllib_timeout)
+        rllib = rllib_to_target(args.rllib_python, args.target, args.rllib_seed, args.rllib_timeout)
         report["rllib"] = rllib
         if "error" in rllib:
             print(f"RLlib: {rllib['error']}; last progress: {rllib.get('lastProgress')}", flush=True)

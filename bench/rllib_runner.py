@@ -1,7 +1,17 @@
-"""Run an RLlib script with .venv-rllib's python, as a subprocess that cannot outlive its deadline.
+"""RLlib 2.60 runs for the benches: one script, run with .venv-rllib's python as a subprocess that cannot
+outlive its deadline.
 
-The script prints JSON lines on stdout; they come back parsed. It runs in its own session, so
-the watchdog stops RLlib's Ray processes with it, and nothing else on the machine.
+`run_rllib(python, RLlibRun(...))` trains one RLlib algorithm and returns its figures; every bench that
+compares with RLlib goes through it, so the result fields and the stop rules are the same everywhere.
+The script prints JSON lines on stdout; they come back parsed. It runs in its own session, so the
+watchdog stops RLlib's Ray processes with it, and nothing else on the machine.
+
+Setups (`RLlibRun.setup`):
+- "plain": `config.environment(env)` with the algorithm's defaults.
+- "atari": RLlib's own Atari setup, as in its examples (rllib/examples/algorithms/{ppo/atari_ppo,
+  appo/pong_appo}.py): `wrap_atari_for_new_api_stack` (64x64 grey, frame skip 4, noop reset, episodic
+  life, fire reset), frames stacked by the FrameStacking connectors, clipped rewards, their conv stack.
+- "mujoco": a MeanStdFilter connector on the observations, as in RLlib's mujoco_ppo.py example.
 """
 
 from __future__ import annotations
@@ -12,9 +22,12 @@ import signal
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PYTHON = ROOT / ".venv-rllib" / "bin" / "python"
 
 
 @dataclass
@@ -50,3 +63,145 @@ def run_script(python: Path, script: str, args: list[str], deadline_seconds: flo
     finally:
         Path(file.name).unlink(missing_ok=True)
     return run
+
+
+@dataclass
+class RLlibRun:
+    """One RLlib training run. It stops at the first of: return mean >= target, cap seconds, timesteps.
+
+    With `window` set it measures throughput instead: a warm-up (iterations until the first env steps
+    are counted, at most `cap` seconds), then iterations until `window` seconds have passed;
+    envStepsPerSecond is over those iterations only.
+    """
+
+    algorithm: str  # "PPO", "APPO" or "DQN"
+    env: str = "CartPole-v1"
+    setup: str = "plain"  # "plain", "atari" or "mujoco"
+    seed: int = 1
+    env_runners: int | None = None  # None: the algorithm's default
+    envs_per_runner: int | None = None
+    training: dict[str, Any] = field(default_factory=dict)  # extra .training(...) keywords
+    learners: dict[str, Any] = field(default_factory=dict)  # extra .learners(...) keywords
+    env_runner_options: dict[str, Any] = field(default_factory=dict)  # extra .env_runners(...) keywords
+    model: dict[str, Any] = field(default_factory=dict)  # DefaultModelConfig keywords (the setup's otherwise)
+    target: float | None = None
+    cap: float = 300.0
+    timesteps: int | None = None
+    window: float | None = None
+
+
+SCRIPT = r'''
+import json, os, sys, time
+spec = json.loads(sys.argv[1])
+started = time.perf_counter()
+import gymnasium as gym
+import ray
+from ray.tune.registry import register_env
+if spec["algorithm"] == "APPO":
+    from ray.rllib.algorithms.appo import APPOConfig as Config
+elif spec["algorithm"] == "PPO":
+    from ray.rllib.algorithms.ppo import PPOConfig as Config
+else:
+    from ray.rllib.algorithms.dqn import DQNConfig as Config
+# A Ray of its own ("local": never someone else's cluster on this machine), with logical CPUs beyond the
+# machine's 2: APPO's aggregator actors and env runners otherwise wait unscheduled forever on 2 CPUs.
+ray.init(address="local", _node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False,
+         num_cpus=max(6, os.cpu_count()))
+config = Config().debugging(seed=spec["seed"])
+runners = {} if spec["env_runners"] is None else {"num_env_runners": spec["env_runners"]}
+if spec["envs_per_runner"] is not None:
+    runners["num_envs_per_env_runner"] = spec["envs_per_runner"]
+runners.update(spec["env_runner_options"])
+training = dict(spec["training"])
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+if spec["setup"] == "atari":
+    from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+    from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+    env_id = spec["env"]
+
+    def make_atari(cfg):
+        import ale_py  # in each env runner's process
+        gym.register_envs(ale_py)
+        return wrap_atari_for_new_api_stack(gym.make(env_id, **cfg), dim=64, framestack=None)
+
+    register_env("atari", make_atari)
+    config.environment("atari", env_config={"frameskip": 1, "full_action_space": False,
+                                            "repeat_action_probability": 0.0}, clip_rewards=True)
+    runners["env_to_module_connector"] = lambda env, spaces=None, device=None: FrameStackingEnvToModule(num_frames=4)
+    training["learner_connector"] = lambda obs_space, act_space: FrameStackingLearner(num_frames=4)
+    config.rl_module(model_config=DefaultModelConfig(
+        vf_share_layers=True, conv_filters=[(16, 4, 2), (32, 4, 2), (64, 4, 2), (128, 4, 2)],
+        conv_activation="relu", head_fcnet_hiddens=[256]))
+elif spec["setup"] == "mujoco":
+    from ray.rllib.connectors.env_to_module.mean_std_filter import MeanStdFilter
+    config.environment(spec["env"])
+    runners["env_to_module_connector"] = lambda env, spaces=None, device=None: MeanStdFilter()
+else:
+    config.environment(spec["env"])
+if runners:
+    config.env_runners(**runners)
+if training:
+    config.training(**training)
+if spec["learners"]:
+    config.learners(**spec["learners"])
+if spec["model"]:
+    config.rl_module(model_config=DefaultModelConfig(**spec["model"]))
+algo = config.build_algo()
+startup = time.perf_counter() - started
+
+def emit(**line):
+    print(json.dumps(line), flush=True)
+
+def figures(result, steps):
+    runners_ = result.get("env_runners", {})
+    steps = int(result.get("num_env_steps_sampled_lifetime") or runners_.get("num_env_steps_sampled_lifetime") or steps)
+    ret = runners_.get("episode_return_mean")
+    return steps, None if ret is None else float(ret)
+
+steps, ret, first = 0, None, 0
+if spec["window"]:
+    warm_until = time.perf_counter() + spec["cap"]
+    while steps == 0 and time.perf_counter() < warm_until:  # warm-up: env runners up and sampling
+        steps, ret = figures(algo.train(), steps)
+    first = steps
+t0 = time.perf_counter()
+while True:
+    steps, ret = figures(algo.train(), steps)
+    elapsed = time.perf_counter() - t0
+    emit(progress=True, timeSeconds=elapsed, timesteps=steps, episodeReturnMean=ret)
+    if spec["window"]:
+        if elapsed >= spec["window"]:
+            break
+    elif ((spec["target"] is not None and ret is not None and ret >= spec["target"]) or elapsed > spec["cap"]
+          or (spec["timesteps"] is not None and steps >= spec["timesteps"])):
+        break
+emit(done=True, reached=spec["target"] is not None and ret is not None and ret >= spec["target"],
+     timeSeconds=elapsed, timesteps=steps, episodeReturnMean=ret, envStepsPerSecond=(steps - first) / elapsed,
+     startupSeconds=startup)
+algo.stop()
+ray.shutdown()
+'''
+
+
+def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = None) -> dict[str, Any]:
+    """The run's final figures plus `curve` [(seconds, return mean)], or {"error": ...} with the last progress.
+
+    The default deadline gives Ray's start and RLlib's build (slow on a busy machine) as long again as
+    the training's own limit, plus 3 minutes.
+    """
+    if not python.exists():
+        return {"error": f"{python} not found: run `make bench-deps` first"}
+    limit = spec.window if spec.window else spec.cap
+    run = run_script(python, SCRIPT, [json.dumps(asdict(spec))], deadline_seconds or 2 * limit + 180)
+    progress = [line for line in run.lines if line.get("progress")]
+    curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in progress]
+    final = [line for line in run.lines if line.get("done")]
+    if final:
+        return {**final[-1], "curve": curve}
+    return {"error": run.error(f"RLlib {spec.algorithm}"), "curve": curve,
+            **({"lastProgress": progress[-1]} if progress else {})}
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3f}" if a and b else "n/a"

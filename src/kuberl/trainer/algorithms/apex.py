@@ -104,6 +104,7 @@ class ApexDQN(Algorithm):
         self.in_flight: dict[Any, int] = {}
         self.worker_restarts = 0
         self.shard_restarts = 0
+        self.last_shard_stats: dict[int, dict[str, Any]] = {}
         self.worker_nodes: dict[int, str] = {}
         self.worker_returns: dict[int, deque[float]] = {}
         self._local_network = build_q_network(self.observation_space, self.action_space, p)
@@ -171,10 +172,13 @@ class ApexDQN(Algorithm):
         stats: dict[str, Any] = {}
         for index, ref in enumerate(refs):
             try:
-                stats[f"shard_{index}"] = ray.get(ref, timeout=SHARD_STATS_TIMEOUT_S)
+                stats[f"shard_{index}"] = self.last_shard_stats[index] = ray.get(ref, timeout=SHARD_STATS_TIMEOUT_S)
             except actor_died_errors():
                 self._replace_shard(index)
                 stats[f"shard_{index}"] = {"size": 0, "adds": 0, "samples": 0, "replaced": True}
+            except ray.exceptions.GetTimeoutError:  # alive but busy (an overloaded node): its last figures
+                last = self.last_shard_stats.get(index, {"size": 0, "adds": 0, "samples": 0})
+                stats[f"shard_{index}"] = {**last, "stale": True}
         return stats
 
     # -- one iteration -------------------------------------------------------------------------------
