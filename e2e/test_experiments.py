@@ -224,3 +224,22 @@ def test_a_queued_experiment_waits_for_kueue_then_runs_to_success(cluster, exper
     assert status["attempt"] == 1
     phases = [e.message.split(":")[0] for e in experiments.events(name) if e.reason in ("Queued", "Succeeded")]
     assert "Queued" in phases and "Succeeded" in phases
+
+
+@pytest.mark.parametrize(("algorithm", "env", "config"), [
+    ("impala", "CartPole-v1", {}),
+    ("appo", "CartPole-v1", {}),
+    ("sac", "Pendulum-v1", {"hidden": [32], "learningStarts": 256, "trainBatchSize": 64, "replayRatio": 0.25}),
+])
+def test_the_asynchronous_and_continuous_algorithms_run_to_success(cluster, experiments, algorithm, env, config):
+    name = unique_name(algorithm)
+    experiments.apply(tiny_ppo(name, cluster, algorithm=algorithm, env={"id": env}, config=config,
+                               stop={"timesteps": 1024}))
+    status = experiments.wait_phase(name, "Succeeded", "Failed")
+    assert status["phase"] == "Succeeded", experiments.explain(name)
+    assert status["timesteps"] >= 1024
+    files = RunFiles(cluster, name)
+    checkpoints = files.checkpoints()
+    assert checkpoints and checkpoints[-1]["iteration"] == status["iteration"]
+    files.verify(checkpoints[-1])
+    assert {e["env"] for e in files.episodes()} == {env}
