@@ -22,7 +22,7 @@ from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithms.dqn import QLearner
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
-from kuberl.trainer.learning.schedules import linear_schedule
+from kuberl.trainer.learning.schedules import priority_beta
 from kuberl.trainer.models.q_network import build_q_network
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class ApexLearner:
     # -- the loop ----------------------------------------------------------------------------------
     def _beta(self) -> float:
         p = self.params
-        return linear_schedule(self._adds(), p.priority_beta, 1.0, p.priority_beta_timesteps)
+        return priority_beta(self._adds(), p.priority_beta, p.priority_beta_timesteps)
 
     def _adds(self) -> int:
         return self.retired_adds + sum(self.shard_adds)

@@ -7,3 +7,8 @@ def linear_schedule(step: int | float, start: float, end: float, duration: int) 
     """Linear interpolation from start to end over `duration` steps, then end."""
     fraction = min(1.0, max(0.0, float(step) / max(1, duration)))
     return start + fraction * (end - start)
+
+
+def priority_beta(timesteps: int, start: float, duration: int) -> float:
+    """Prioritized replay's importance-sampling exponent: from `start` to 1 over `duration` env steps."""
+    return linear_schedule(timesteps, start, 1.0, duration)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from kuberl.trainer.learning.schedules import linear_schedule
+from kuberl.trainer.learning.schedules import priority_beta
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition
 from kuberl.trainer.replay.nstep import compact_transitions
@@ -41,7 +41,7 @@ class LocalReplay:
 
     def beta(self, timesteps: int) -> float:
         p = self.params
-        return linear_schedule(timesteps, p.priority_beta, 1.0, p.priority_beta_timesteps)
+        return priority_beta(timesteps, p.priority_beta, p.priority_beta_timesteps)
 
     def add(self, batches: Sequence[SampleBatch]) -> None:
         p = self.params
