@@ -5,8 +5,10 @@ Ape-X DQN (CartPole-v1 by default, or --env with --preprocessing, e.g. ALE/Pong-
 --snapshot-every iterations, as checkpoints take one). Every --interval seconds the RSS of this
 process and of each process below it (the Ray node this run started: GCS, raylet, and the actors,
 named by their `ray::Class` titles) is sampled with psutil, with its anonymous and shared-memory
-parts (/proc/PID/status). Prints a table per role and per process, the growth in MB/hour over the
-whole run and over its second half (after the replay buffers have filled), and writes a PNG.
+parts (/proc/PID/status), and the object store's shared-memory file once (the pages allocated in
+it, which every process that touches an object also counts in its own RSS). Prints a table per
+role and per process, the growth in MB/hour over the whole run and over its second half (after the
+replay buffers have filled), whether each process's private memory is flat, and writes a PNG.
 
 --diagnose asks the learner actor at every sample (through Ray's `__ray_call__`) for glibc's heap
 (in use, free, arenas), its threads, the references in Ray's table, its Python objects by type and,
@@ -76,6 +78,29 @@ def rss_parts(pid: int) -> dict[str, float] | None:
         if name in ("RssAnon", "RssFile", "RssShmem"):
             parts[name[3:].lower()] = round(int(value.split()[0]) / 1024, 1)
     return parts or None
+
+
+def object_store_mb(pids: list[int]) -> dict[str, float] | None:
+    """The object store's memory, counted once: the pages of its shared-memory file that are allocated.
+
+    Ray's plasma store is a file in /dev/shm, unlinked, that the raylet holds open; tmpfs allocates a
+    page the first time any process touches it, and every process that reads or writes an object maps
+    those pages into its own RSS as well. So the sum of the processes' shared pages counts the store
+    many times over; this is its real cost, bounded by its capacity.
+    """
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if "/dev/shm/plasma" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    return {"allocated": round(st.st_blocks * 512 / 2**20, 1), "capacity": round(st.st_size / 2**20)}
+            except OSError:
+                continue
+    return None
 
 
 def probe(actor: Any, *, trace: bool = False, baseline: bool = False, trim: bool = False, top: int = 12) -> dict[str, Any]:
@@ -217,6 +242,15 @@ def summarise_processes(samples: list[dict[str, Any]]) -> dict[str, dict[str, An
     return summary
 
 
+FLAT_MB_PER_HOUR = 5.0
+
+
+def flat_private(processes: dict[str, dict[str, Any]]) -> dict[str, bool]:
+    """Per process: whether its private (anonymous) memory grew at most FLAT_MB_PER_HOUR in the second half."""
+    return {key: (s["anon"]["second_half_growth_mb_per_hour"] or 0.0) <= FLAT_MB_PER_HOUR
+            for key, s in processes.items() if "anon" in s}
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
@@ -311,7 +345,9 @@ def main() -> int:
                 point: dict[str, Any] = {"seconds": round(now - started, 1), "timesteps": result.get("timesteps", 0),
                                          "episodeReturnMean": result.get("episodeReturnMean"), "rss": rss,
                                          "learnerUpdates": (result.get("learner") or {}).get("updates"),
-                                         "parts": parts, "load": os.getloadavg()[0]}
+                                         "parts": parts, "load": os.getloadavg()[0],
+                                         "objectStore": object_store_mb([pid for role, pid in found
+                                                                         if role == "raylet"])}
                 last = now - started >= args.minutes * 60
                 if args.diagnose:
                     baseline = not baseline_taken and now - started >= args.baseline_minutes * 60
@@ -358,6 +394,15 @@ def main() -> int:
         print(f"{key:<28}{s['rss']['start_mb']:>10}{s['rss']['end_mb']:>9}{s['rss']['growth_mb_per_hour']!s:>8}"
               f"{s['rss']['second_half_growth_mb_per_hour']!s:>10}{anon.get('growth_mb_per_hour')!s:>11}"
               f"{anon.get('second_half_growth_mb_per_hour')!s:>10}{shmem.get('growth_mb_per_hour')!s:>12}")
+    store = [(p["seconds"], p["objectStore"]["allocated"]) for p in samples if p.get("objectStore")]
+    if len(store) >= 3:
+        processes["object store (shared, counted once)"] = {"allocated": growth_of(store, samples[-1]["seconds"] / 2)}
+        s = processes["object store (shared, counted once)"]["allocated"]
+        capacity = samples[-1]["objectStore"]["capacity"]
+        print(f"\nobject store, allocated pages counted once: {s['start_mb']} -> {s['end_mb']} MB of {capacity} MB, "
+              f"{s['growth_mb_per_hour']} MB/h, second half {s['second_half_growth_mb_per_hour']} MB/h")
+    print(f"\nprivate memory (anon), second half, within {FLAT_MB_PER_HOUR} MB/h: "
+          + ", ".join(f"{key} {'yes' if flat else 'NO'}" for key, flat in flat_private(processes).items()))
     if args.plot and plot(samples, Path(args.plot), f"Ape-X soak: RSS by role ({args.workers} workers, "
                                                      f"{args.shards} shards, {args.env})"):
         print(f"plot: {args.plot}")

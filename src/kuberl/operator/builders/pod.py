@@ -14,6 +14,7 @@ from kuberl.api.contract import (
     ENV_EXPERIMENT_NAMESPACE,
     ENV_STATUS_PORT,
     HEAD_ROLE,
+    MALLOC_ENV,
     OPTIONAL_CREDENTIAL_KEYS,
     REQUIRED_CREDENTIAL_KEYS,
     WORKER_ROLE,
@@ -75,6 +76,7 @@ def _common_env(experiment: RLExperiment, owner: Owner, attempt: int) -> list[di
         {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
         {"name": "HOME", "value": "/tmp"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *({"name": name, "value": value} for name, value in MALLOC_ENV.items()),
     ]
     secret_ref = experiment.spec.storage.secret_ref
     if secret_ref is not None:  # credentials only ever come from the Secret, never from the spec

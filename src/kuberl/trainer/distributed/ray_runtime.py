@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-from kuberl.api.contract import ROLE_LABEL, WORKER_ROLE
+from kuberl.api.contract import MALLOC_ENV, ROLE_LABEL, WORKER_ROLE
 
 # Ray rewrites a node address of plain 127.0.0.1 to the machine's external address;
 # any other loopback address is kept, so a local run binds to loopback only.
@@ -27,9 +29,23 @@ ACTOR_OPTIONS: dict[str, Any] = {"enable_task_events": False}
 # has ~30 threads) whose free memory only that arena reuses. The Ape-X learner's heap in use
 # stayed flat while glibc's free lists grew from 5 to 31 MB in 8 minutes (~40 MB/h over a
 # 30-minute soak; `bench/soak_apex.py --diagnose`). A fixed threshold and two arenas keep the
-# free lists at ~2 MB. glibc reads these at process start, so they go to the workers Ray starts
-# for this job (locally or in a cluster) through the job's runtime_env.
-WORKER_ENV_VARS: dict[str, str] = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
+# free lists at ~2 MB. glibc reads these at process start, so they are in the environment of the
+# node's processes, which Ray's workers inherit: a local node started here gets them from
+# `init_ray`, a pod from the operator (`MALLOC_ENV` in the contract). A job's runtime_env could
+# carry them too, but then no worker Ray prestarts fits the job and each actor waits for a new one.
+WORKER_ENV_VARS: dict[str, str] = dict(MALLOC_ENV)
+
+
+@contextlib.contextmanager
+def _node_environment(variables: dict[str, str]) -> Iterator[None]:
+    """`variables` in os.environ while a local node starts (its processes inherit them), unless already set."""
+    added = {name: value for name, value in variables.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def local_node_ip() -> str | None:
@@ -53,7 +69,6 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         "log_to_driver": os.environ.get("KUBERL_RAY_LOG_TO_DRIVER", "0") == "1",
         "configure_logging": True,
         "logging_level": "WARNING",
-        "runtime_env": {"env_vars": dict(WORKER_ENV_VARS)},
     }
     if address:
         kwargs["address"] = address
@@ -67,7 +82,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         node_ip = local_node_ip()
         if node_ip:
             kwargs["_node_ip_address"] = node_ip
-    ray.init(**kwargs)
+    with _node_environment(WORKER_ENV_VARS if not address else {}):
+        ray.init(**kwargs)
 
 
 def join_cluster(expected_nodes: int, wait_seconds: float, out: TextIO) -> None:
