@@ -21,6 +21,7 @@ import torch
 from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithms.dqn import QLearner
 from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.ray_runtime import start_memory_trimmer
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
 from kuberl.trainer.models.q_network import build_q_network
@@ -37,6 +38,7 @@ class ApexLearner:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, params: ApexDQNParams, gpus: int,
                  shards: list[Any]):
         configure_cpu_threads()
+        start_memory_trimmer()
         if params.seed is not None:
             torch.manual_seed(params.seed)
         self.params = params
