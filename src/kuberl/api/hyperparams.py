@@ -92,6 +92,11 @@ class ApexDQNParams(DQNParams):
     )
     learning_starts: int = Field(5_000, ge=0)
     target_update_interval: int = Field(500, ge=1)
+    epsilon_timesteps: int = Field(
+        10_000, ge=1,
+        description="Ape-X: each worker's epsilon falls from epsilonStart to its own over the run's first this many "
+        "env steps, so that replay does not start with one action's transitions.",
+    )
     worker_epsilon_base: float = Field(
         0.1, gt=0, le=1,
         description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)); the paper's 0.4 suits many workers, "
