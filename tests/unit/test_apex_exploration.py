@@ -74,3 +74,16 @@ def test_the_learner_follows_a_plain_double_dqn_reference() -> None:
         torch.testing.assert_close(mine, theirs)
     for mine, theirs in zip(learner.target.parameters(), target.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs)
+
+
+def test_apex_keeps_the_importance_exponent_at_its_start_while_dqn_anneals_it_to_one() -> None:
+    from kuberl.api.hyperparams import DQNParams
+    from kuberl.trainer.learning.schedules import priority_beta
+
+    def beta(p: DQNParams, timesteps: int) -> float:
+        return priority_beta(timesteps, p.priority_beta, p.priority_beta_timesteps, p.priority_beta_final)
+
+    apex, dqn = ApexDQNParams(), DQNParams()
+    assert beta(apex, 0) == beta(apex, 10**7) == pytest.approx(0.4)
+    assert beta(dqn, 0) == pytest.approx(0.4) and beta(dqn, dqn.priority_beta_timesteps // 2) == pytest.approx(0.7)
+    assert beta(dqn, 10**7) == pytest.approx(1.0)
