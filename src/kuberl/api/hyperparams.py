@@ -80,18 +80,37 @@ class DQNParams(CommonParams):
     epsilon_timesteps: int = Field(10_000, ge=1)
     priority_alpha: float = Field(0.6, ge=0, le=1)
     priority_beta: float = Field(0.4, ge=0, le=1)
-    priority_beta_timesteps: int = Field(100_000, ge=1, description="Anneal beta to 1 over this many env steps.")
+    priority_beta_timesteps: int = Field(
+        100_000, ge=1, description="Anneal beta to priorityBetaFinal over this many env steps."
+    )
+    priority_beta_final: float = Field(1.0, ge=0, le=1, description="The importance-sampling exponent beta ends at.")
     priority_eps: float = Field(1e-6, gt=0)
 
 
 class ApexDQNParams(DQNParams):
-    lr: float = Field(2.5e-4, gt=0, le=1.0)
+    lr: float = Field(5e-4, gt=0, le=1.0)
+    n_step: int = Field(
+        10, ge=1, le=100,
+        description="Ape-X: n-step returns; 10 bootstraps through gamma^10, which keeps Q from running away on "
+        "the narrow data of few, nearly greedy workers (Atari: 3, as in the paper).",
+    )
     train_batch_size: int = Field(256, ge=1)
     replay_ratio: float = Field(
         1 / 32, gt=0, description="Ape-X: learner updates per env step that sampling waits for (8 samples per step)."
     )
     learning_starts: int = Field(5_000, ge=0)
-    target_update_interval: int = Field(500, ge=1)
+    target_update_interval: int = Field(250, ge=1)
+    priority_beta_final: float = Field(
+        0.4, ge=0, le=1,
+        description="Ape-X keeps beta at priorityBeta (0.4), as in the paper. Annealed to 1, the importance "
+        "weights (normalised by the shard's smallest priority) spread over orders of magnitude, a few "
+        "transitions carry each batch, and on CartPole the Q-values ran away and the return collapsed.",
+    )
+    epsilon_timesteps: int = Field(
+        10_000, ge=1,
+        description="Ape-X: each worker's epsilon falls from epsilonStart to its own over the run's first this many "
+        "env steps, so that replay does not start with one action's transitions.",
+    )
     worker_epsilon_base: float = Field(
         0.1, gt=0, le=1,
         description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)); the paper's 0.4 suits many workers, "
@@ -171,5 +190,8 @@ class SACParams(CommonParams):
         0.6, ge=0, le=1, description="Prioritized replay (spec.replay.prioritized): P(i) ~ (|TD error| + eps)^alpha."
     )
     priority_beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent of the critic's loss.")
-    priority_beta_timesteps: int = Field(100_000, ge=1, description="Anneal beta to 1 over this many env steps.")
+    priority_beta_timesteps: int = Field(
+        100_000, ge=1, description="Anneal beta to priorityBetaFinal over this many env steps."
+    )
+    priority_beta_final: float = Field(1.0, ge=0, le=1, description="The importance-sampling exponent beta ends at.")
     priority_eps: float = Field(1e-6, gt=0, description="Added to |TD error| so no transition gets priority 0.")

@@ -2,7 +2,9 @@
 never wait for each other.
 
 - Rollout workers (Ray actors, spread over nodes) each explore with their own epsilon
-  eps_i = base ** (1 + exponent * i / (N - 1)), compute n-step transitions and their initial
+  eps_i = base ** (1 + exponent * i / (N - 1)), reached from `epsilon_start` over the run's first
+  `epsilon_timesteps` env steps (few workers would otherwise start nearly greedy on an untrained
+  network, and replay would hold one action's transitions: see `ApexDQNParams`), compute n-step transitions and their initial
   priorities from their own TD errors, and add them straight to a replay shard (round robin), in
   the compact form shards store (`kuberl.trainer.replay.frames`: each frame once, uint8 images
   stay uint8).
@@ -138,7 +140,8 @@ class ApexDQN(Algorithm):
         return actor.remote(
             self.worker_config(), self.policy_factory, position + 1, self.epsilons[position],
             gamma=self.params.gamma, n_step=self.params.n_step, learner=self.learner,
-            stack_depth=self.layout.stack_depth,
+            stack_depth=self.layout.stack_depth, epsilon_start=self.params.epsilon_start,
+            epsilon_timesteps=self.params.epsilon_timesteps,
         )
 
     def _start_shard(self, index: int) -> Any:
@@ -197,7 +200,8 @@ class ApexDQN(Algorithm):
             else:
                 for position, actor in enumerate(self.worker_actors):
                     if position not in self.in_flight.values():
-                        call = actor.run.remote(self.fragments_per_call, self.shards, self.obs_filter.get_state())
+                        call = actor.run.remote(self.fragments_per_call, self.shards, self.obs_filter.get_state(),
+                                                self.timesteps + env_steps)
                         self.in_flight[call] = position
             remaining = deadline - time.perf_counter()
             if remaining <= 0 and env_steps > 0:

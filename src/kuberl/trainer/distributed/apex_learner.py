@@ -139,7 +139,7 @@ class ApexLearner:
     # -- the loop ----------------------------------------------------------------------------------
     def _beta(self) -> float:
         p = self.params
-        return priority_beta(self._adds(), p.priority_beta, p.priority_beta_timesteps)
+        return priority_beta(self._adds(), p.priority_beta, p.priority_beta_timesteps, p.priority_beta_final)
 
     def _adds(self) -> int:
         return self.retired_adds + sum(self.shard_adds)

@@ -9,6 +9,6 @@ def linear_schedule(step: int | float, start: float, end: float, duration: int) 
     return start + fraction * (end - start)
 
 
-def priority_beta(timesteps: int, start: float, duration: int) -> float:
-    """Prioritized replay's importance-sampling exponent: from `start` to 1 over `duration` env steps."""
-    return linear_schedule(timesteps, start, 1.0, duration)
+def priority_beta(timesteps: int, start: float, duration: int, final: float = 1.0) -> float:
+    """Prioritized replay's importance-sampling exponent: from `start` to `final` over `duration` env steps."""
+    return linear_schedule(timesteps, start, final, duration)

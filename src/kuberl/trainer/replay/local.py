@@ -41,7 +41,7 @@ class LocalReplay:
 
     def beta(self, timesteps: int) -> float:
         p = self.params
-        return priority_beta(timesteps, p.priority_beta, p.priority_beta_timesteps)
+        return priority_beta(timesteps, p.priority_beta, p.priority_beta_timesteps, p.priority_beta_final)
 
     def add(self, batches: Sequence[SampleBatch]) -> None:
         p = self.params
