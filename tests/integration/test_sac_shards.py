@@ -103,7 +103,7 @@ def test_two_workers_feed_two_shards_priorities_flow_back_and_a_checkpoint_resum
 
 
 RANDOM_RETURN = -1_200.0  # a uniform random policy's Pendulum-v1 return, about
-LEARNING_STEPS = 8_000
+LEARNING_STEPS = 12_000
 
 
 @pytest.mark.timeout(300)
@@ -119,5 +119,5 @@ def test_sac_on_shards_learns_pendulum_beyond_a_random_policy() -> None:
         algo.stop()
     report_figures("sac-shards-pendulum", seconds=time.monotonic() - started, timesteps=result["timesteps"],
                    updates=result["learner"]["updates"], greedy_return_mean=evaluation["episodeReturnMean"])
-    # A clear improvement after 8,000 env steps: a random policy averages about -1,200, a solved one -150 to -250.
+    # A clear improvement after 12,000 env steps: a random policy averages about -1,200, a solved one -150 to -250.
     assert evaluation["episodeReturnMean"] > RANDOM_RETURN / 2, evaluation
