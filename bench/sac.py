@@ -6,9 +6,12 @@ ratios kuberl / RLlib.
     make bench-deps && .venv/bin/python -m bench.sac --rllib     # also RLlib SAC
     .venv/bin/python -m bench.sac --rllib --timesteps 5000       # a smoke run
     .venv/bin/python -m bench.sac --pendulum-seeds 1,2,3 --timesteps 0   # kuberl only: Pendulum-v1 to -250
+    .venv/bin/python -m bench.sac --pendulum-seeds 1 --timesteps 0 --shards 2   # the same on 2 replay shards
 
 --pendulum-seeds runs the learning test's settings (tests/integration/test_sac.py: in-process, 64x64 nets,
-replay ratio 0.25) to a 100-episode return mean of -250 and prints wall and CPU seconds per seed.
+replay ratio 0.25) to a 100-episode return mean of -250 and prints wall and CPU seconds per seed. --shards N
+keeps SAC's replay in N replay shards fed by the rollout workers (Ape-X's topology; Pendulum: 2 workers x 4
+envs, fragments of 50); CPU seconds are then the driver's only.
 
 Both use one learner update of 256 transitions per env step (RLlib: training_intensity 256), 256x256 nets,
 uniform replay of 1,000,000 and `--learning-starts` random steps; otherwise each its own SAC defaults. Both
@@ -70,12 +73,12 @@ ray.shutdown()
 '''
 
 
-def kuberl(timesteps: int, seed: int, workers: int, envs: int, learning_starts: int) -> dict[str, Any]:
+def kuberl(timesteps: int, seed: int, workers: int, envs: int, learning_starts: int, shards: int = 0) -> dict[str, Any]:
     from kuberl.trainer.algorithms.sac import SACConfig
 
     started = time.perf_counter()
     algo = (SACConfig().environment(ENV).rollouts(workers=workers, envs_per_worker=envs)
-            .replay(capacity=1_000_000, prioritized=False)
+            .replay(capacity=1_000_000, prioritized=False, shards=shards)
             .training(train_batch_size=BATCH, replay_ratio=1.0, hidden=[256, 256], learning_starts=learning_starts)
             .debugging(seed=seed).build())
     startup = time.perf_counter() - started
@@ -103,11 +106,14 @@ def rllib(python: Path, timesteps: int, seed: int, workers: int, envs: int, lear
     return {"error": run.error("RLlib"), **({"lastProgress": run.lines[-1]} if run.lines else {})}
 
 
-def pendulum_to_target(seed: int, target: float = -250.0, cap_seconds: float = 3600.0) -> dict[str, Any]:
+def pendulum_to_target(seed: int, target: float = -250.0, cap_seconds: float = 3600.0,
+                       shards: int = 0) -> dict[str, Any]:
     from kuberl.trainer.algorithms.sac import SACConfig
 
-    algo = (SACConfig().environment("Pendulum-v1").rollouts(workers=0)
-            .training(hidden=[64, 64], replay_ratio=0.25).debugging(seed=seed).build())
+    config = SACConfig().environment("Pendulum-v1").rollouts(workers=0)
+    if shards:
+        config = config.rollouts(workers=2, envs_per_worker=4, fragment_length=50).replay(shards=shards)
+    algo = config.training(hidden=[64, 64], replay_ratio=0.25).debugging(seed=seed).build()
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         while True:
@@ -140,13 +146,14 @@ def main() -> int:
     parser.add_argument("--rllib-python", type=Path, default=ROOT / ".venv-rllib" / "bin" / "python")
     parser.add_argument("--rllib-deadline", type=float, default=24 * 3600.0, help="seconds before RLlib is stopped")
     parser.add_argument("--pendulum-seeds", default="", help="also: kuberl SAC on Pendulum-v1 to -250, these seeds")
+    parser.add_argument("--shards", type=int, default=0, help="kuberl SAC's replay in this many replay shards")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers}
+    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers, "shards": args.shards}
     pendulum = []
     for seed in (int(s) for s in args.pendulum_seeds.split(",") if s):
-        run = pendulum_to_target(seed)
+        run = pendulum_to_target(seed, shards=args.shards)
         pendulum.append(run)
         print(f"kuberl SAC Pendulum-v1 seed {seed}: {'reached' if run['reached'] else 'NOT reached'} -250 in "
               f"{run['timeSeconds']:.1f} s wall, {run['cpuSeconds']:.1f} s CPU, {run['timesteps']:,} env steps",
@@ -157,7 +164,7 @@ def main() -> int:
             args.json.write_text(json.dumps(report, indent=1))
         return 0 if all(r["reached"] for r in pendulum) else 1
 
-    ours = kuberl(args.timesteps, args.seed, args.workers, args.envs_per_worker, args.learning_starts)
+    ours = kuberl(args.timesteps, args.seed, args.workers, args.envs_per_worker, args.learning_starts, args.shards)
     print(_line("kuberl SAC", ours), flush=True)
     report["kuberl"] = ours
     if args.rllib:

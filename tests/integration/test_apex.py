@@ -108,12 +108,12 @@ def test_checkpoint_round_trip_gives_the_same_actions(tmp_path) -> None:
 
 def test_a_shard_slow_to_report_its_stats_keeps_its_last_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """On an overloaded node a shard may take longer than the stats timeout to answer: training goes on."""
-    from kuberl.trainer.algorithms import apex
+    from kuberl.trainer.algorithms import sharded
 
     algo = _config(learning_starts=500).build()
     try:
         before = shard_stats(algo.train())
-        monkeypatch.setattr(apex, "SHARD_STATS_TIMEOUT_S", 0.0)  # no reply is ever in time
+        monkeypatch.setattr(sharded, "SHARD_STATS_TIMEOUT_S", 0.0)  # no reply is ever in time
         result = algo.train()
         stale = shard_stats(result)
         assert set(stale) == {"shard_0", "shard_1"}

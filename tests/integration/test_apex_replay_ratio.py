@@ -14,7 +14,7 @@ import statistics
 import pytest
 
 from kuberl.trainer.algorithms.apex import ApexDQNConfig
-from kuberl.trainer.distributed.apex_learner import BATCHES_PER_REQUEST
+from kuberl.trainer.distributed.shard_learner import BATCHES_PER_REQUEST
 
 pytestmark = pytest.mark.slow
 

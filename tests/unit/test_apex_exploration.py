@@ -11,33 +11,35 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import ApexDQNParams
-from kuberl.trainer.algorithms.apex import apex_epsilons
+from kuberl.trainer.algorithms.apex import apex_epsilons, worker_epsilon
 from kuberl.trainer.algorithms.dqn import QLearner
-from kuberl.trainer.distributed.apex_worker import ApexRolloutWorker
+from kuberl.trainer.distributed.shard_worker import ShardRolloutWorker
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import WorkerConfig
 
 
-def _worker(epsilon: float, **warmup) -> ApexRolloutWorker:
+def _worker(settings: dict) -> ShardRolloutWorker:
     params = ApexDQNParams(seed=1)
     config = WorkerConfig("CartPole-v1", num_envs=2, fragment_length=16, seed=1)
-    return ApexRolloutWorker(config, QPolicyFactory.from_params(params), 1, epsilon, gamma=0.99, n_step=3,
-                             learner=None, **warmup)
+    return ShardRolloutWorker(config, QPolicyFactory.from_params(params), 1, settings, gamma=0.99, n_step=3,
+                              learner=None)
 
 
 def test_each_worker_warms_up_from_epsilon_start_to_its_own_epsilon_over_the_runs_env_steps() -> None:
-    worker = _worker(0.01, epsilon_start=1.0, epsilon_timesteps=1_000)
-    assert worker.epsilon == 1.0 and worker.worker.policy.epsilon == 1.0
-    worker.timesteps = 500  # the run's env steps: what the driver passes to run()
-    assert worker._set_epsilon() == pytest.approx(0.505)
-    worker.timesteps = 5_000
-    assert worker._set_epsilon() == pytest.approx(0.01) and worker.worker.policy.epsilon == pytest.approx(0.01)
+    assert worker_epsilon(0.01, 0, 1.0, 1_000) == 1.0
+    assert worker_epsilon(0.01, 500, 1.0, 1_000) == pytest.approx(0.505)
+    assert worker_epsilon(0.01, 5_000, 1.0, 1_000) == pytest.approx(0.01)
+    worker = _worker({"epsilon": worker_epsilon(0.01, 0, 1.0, 1_000)})
+    assert worker.worker.policy.epsilon == 1.0
+    worker._configure({"epsilon": worker_epsilon(0.01, 500, 1.0, 1_000)})  # what the driver sends with run()
+    assert worker.worker.policy.epsilon == pytest.approx(0.505)
 
 
-def test_without_a_warm_up_a_worker_keeps_its_own_epsilon() -> None:
-    worker = _worker(apex_epsilons(2, 0.1)[1])
-    assert worker.epsilon == pytest.approx(0.1**8) and worker.worker.policy.epsilon == pytest.approx(0.1**8)
+def test_after_the_warm_up_a_worker_keeps_its_own_epsilon() -> None:
+    own = apex_epsilons(2, 0.1)[1]
+    worker = _worker({"epsilon": worker_epsilon(own, 20_000, 1.0, 10_000)})
+    assert worker.worker.policy.epsilon == pytest.approx(0.1**8)
 
 
 def test_the_learner_follows_a_plain_double_dqn_reference() -> None:

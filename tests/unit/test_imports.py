@@ -110,7 +110,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_graph_is_read() -> None:
-    assert "kuberl.trainer.distributed.apex_learner" in GRAPH["kuberl.trainer.algorithms.apex"]
+    assert "kuberl.trainer.distributed.shard_learner" in GRAPH["kuberl.trainer.algorithms.sharded"]
     assert "kuberl.api.algorithms" in GRAPH["kuberl.api.types"]
     # TYPE_CHECKING imports do not count: base.py names AlgorithmConfig only for type hints.
     assert "kuberl.trainer.algorithms.config" not in GRAPH["kuberl.trainer.algorithms.base"]

@@ -25,7 +25,14 @@ from kuberl.api.hyperparams import (
     SACParams,
 )
 
-Replay = Literal["none", "local", "shards"]  # none: on-policy; local: one buffer in the learner; shards: actors
+# Where an algorithm keeps its replay. none: on-policy; local: one buffer in the learner's process; shards: replay
+# shard actors that rollout workers add to and the learner samples from; local-or-shards: local, unless the manifest
+# asks for shards (`AlgorithmEntry.placement`).
+Replay = Literal["none", "local", "shards", "local-or-shards"]
+Placement = Literal["none", "local", "shards"]
+
+
+DEFAULT_SHARDS = 1  # an algorithm that always keeps its replay in shards, with `replay.shards` unset
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,23 @@ class AlgorithmEntry:
     @property
     def off_policy(self) -> bool:
         return self.replay != "none"
+
+    def placement(self, workers: int, shards: int | None) -> Placement:
+        """Where this run's replay lives, from `spec.rollouts.workers` and `spec.replay.shards` (None: unset).
+
+        local-or-shards takes the shards when the manifest sets `replay.shards` >= 1 and has rollout workers to
+        feed them (workers >= 1); otherwise the learner keeps one buffer, as with `shards` unset.
+        """
+        if self.replay == "local-or-shards":
+            return "shards" if shards is not None and shards >= 1 and workers >= 1 else "local"
+        return self.replay
+
+    def shard_count(self, workers: int, shards: int | None) -> int:
+        """Replay buffers this run allocates: `shards` (1 when unset) on the shard path, else 1 (or 0: on-policy)."""
+        placement = self.placement(workers, shards)
+        if placement == "shards":
+            return DEFAULT_SHARDS if shards is None else shards
+        return 0 if placement == "none" else 1
 
 
 REGISTRY: dict[str, AlgorithmEntry] = {
@@ -56,7 +80,7 @@ REGISTRY: dict[str, AlgorithmEntry] = {
         AlgorithmEntry("appo", APPOParams, "kuberl.trainer.algorithms.appo:APPOConfig",
                        action_spaces=("Discrete", "Box"), observation_spaces=("Box",), replay="none"),
         AlgorithmEntry("sac", SACParams, "kuberl.trainer.algorithms.sac:SACConfig",
-                       action_spaces=("Box",), observation_spaces=("Box",), replay="local"),
+                       action_spaces=("Box",), observation_spaces=("Box",), replay="local-or-shards"),
     )
 }
 

@@ -87,7 +87,20 @@ class DQNParams(CommonParams):
     priority_eps: float = Field(1e-6, gt=0)
 
 
-class ApexDQNParams(DQNParams):
+class ShardReplayParams(StrictModel):
+    """The replay-shard topology's settings (`kuberl.trainer.algorithms.sharded`): Ape-X, SAC with replay.shards."""
+
+    weight_sync_interval: int = Field(20, ge=1, description="Learner updates between weight broadcasts.")
+    prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
+    max_replay_ratio: float | None = Field(
+        8.0, gt=0, description="Upper bound on sampled/added transitions, so the learner cannot overfit a small buffer."
+    )
+    min_iteration_seconds: float = Field(
+        1.0, gt=0, le=3600, description="With replay shards: wall time one train() iteration (one results line) covers."
+    )
+
+
+class ApexDQNParams(ShardReplayParams, DQNParams):
     lr: float = Field(5e-4, gt=0, le=1.0)
     n_step: int = Field(
         10, ge=1, le=100,
@@ -117,14 +130,6 @@ class ApexDQNParams(DQNParams):
         "while with few its most exploring worker's short episodes dominate the return mean.",
     )
     worker_epsilon_exponent: float = Field(7.0, ge=0)
-    weight_sync_interval: int = Field(20, ge=1, description="Learner updates between weight broadcasts.")
-    prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
-    max_replay_ratio: float | None = Field(
-        8.0, gt=0, description="Upper bound on sampled/added transitions, so the learner cannot overfit a small buffer."
-    )
-    min_iteration_seconds: float = Field(
-        1.0, gt=0, le=3600, description="Ape-X: wall time one train() iteration (one results line) covers."
-    )
 
 
 class IMPALAParams(CommonParams):
@@ -165,7 +170,7 @@ class APPOParams(IMPALAParams):
     batch_reuse: int = Field(2, ge=1, le=100, description="Updates each train batch is used for before it leaves.")
 
 
-class SACParams(CommonParams):
+class SACParams(ShardReplayParams, CommonParams):
     lr: float = Field(3e-4, gt=0, le=1.0, description="The actor's (policy's) learning rate.")
     critic_lr: float = Field(1e-3, gt=0, le=1.0, description="The twin Q-networks' learning rate.")
     alpha_lr: float = Field(1e-3, gt=0, le=1.0, description="The entropy temperature's (log alpha's) learning rate.")
@@ -195,3 +200,8 @@ class SACParams(CommonParams):
     )
     priority_beta_final: float = Field(1.0, ge=0, le=1, description="The importance-sampling exponent beta ends at.")
     priority_eps: float = Field(1e-6, gt=0, description="Added to |TD error| so no transition gets priority 0.")
+    max_replay_ratio: float | None = Field(
+        256.0, gt=0,
+        description="With replay shards: upper bound on sampled/added transitions; the default is replay_ratio x "
+        "train_batch_size at their defaults, so a fast learner stays at the ratio asked for.",
+    )

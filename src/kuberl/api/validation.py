@@ -220,7 +220,8 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     spec = experiment.spec
     entry = REGISTRY[spec.algorithm]
     errors: list[FieldError] = []
-    if entry.replay == "shards" and spec.replay.shards < 1:
+    shards = entry.shard_count(spec.rollouts.workers, spec.replay.shards)
+    if entry.replay == "shards" and shards < 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
     stop = spec.stop
     criteria = (stop.timesteps, stop.episode_return_mean, stop.time_seconds, stop.iterations, stop.evaluation_return_mean)
@@ -233,7 +234,7 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
             errors.append(FieldError("spec.stop.evaluationReturnMean", "needs spec.evaluation"))
         if spec.checkpoint.keep_best:
             errors.append(FieldError("spec.checkpoint.keepBest", "needs spec.evaluation"))
-    if entry.off_policy and spec.replay.capacity < spec.replay.shards:
+    if entry.off_policy and spec.replay.capacity < max(shards, spec.replay.shards or 0):
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:
         batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)

@@ -13,9 +13,15 @@ The losses, for a transition (obs, action, reward, next_obs, discount) from repl
 online ones by tau (Polyak averaging). The policy is a tanh-squashed Gaussian scaled to the Box
 (`kuberl.trainer.models.sac_networks`).
 
-Each iteration runs like DQN's: sample one fragment from every worker (uniform random actions until
-`learning_starts` env steps), add its n-step transitions to replay in the compact form, then run
-`replay_ratio` learner updates per env step and send the new priorities back (`kuberl.trainer.replay.local`).
+Replay lives where the registry's `placement` says (`kuberl.api.algorithms`):
+
+- local (`SAC`; `replay.shards` unset or 0, or no rollout workers): each iteration runs like DQN's: sample one
+  fragment from every worker (uniform random actions until `learning_starts` env steps), add its n-step
+  transitions to replay in the compact form, then run `replay_ratio` learner updates per env step and send
+  the new priorities back (`kuberl.trainer.replay.local`).
+- shards (`ShardedSAC`; `replay.shards` >= 1 with rollout workers): Ape-X's topology
+  (`kuberl.trainer.algorithms.sharded`): the workers sample with the squashed Gaussian actor into replay
+  shards, the learner actor runs `SACLearner.update` on batches from every shard and sends priorities back.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import SACParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.algorithms.sharded import ShardedReplay
 from kuberl.trainer.learning.device import learner_autocast, obs_tensor, to_device
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
@@ -49,7 +57,10 @@ LEARNER_FILE = "sac_learner.pt"
 class SACConfig(AlgorithmConfig):
     algorithm = "sac"
 
-    def algorithm_class(self) -> type[SAC]:
+    def algorithm_class(self) -> type[SAC] | type[ShardedSAC]:
+        spec = self.experiment.spec
+        if REGISTRY[self.algorithm].placement(spec.rollouts.workers, spec.replay.shards) == "shards":
+            return ShardedSAC
         return SAC
 
 
@@ -60,14 +71,20 @@ def critic_targets(reward: torch.Tensor, discount: torch.Tensor, next_q1_target:
     return reward + discount * (torch.min(next_q1_target, next_q2_target) - alpha * next_logp)
 
 
+def sac_priorities(q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """A transition's priority: the mean of the twin critics' |TD errors| against the shared target."""
+    # Both critics are regressed on the sample, so what it still teaches is the sum of their errors (the mean,
+    # for the scale of one). The min would drop a sample that one critic still gets wrong; the max would let
+    # one critic's noise set the priority alone.
+    return (0.5 * ((q1 - targets).abs() + (q2 - targets).abs())).detach()
+
+
 def critic_loss(q1: torch.Tensor, q2: torch.Tensor, targets: torch.Tensor,
                 weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, |TD errors|): both Q-networks' importance-weighted squared errors, summed; the priorities are
-    the mean of the two networks' absolute errors."""
+    """(loss, |TD errors|): both Q-networks' importance-weighted squared errors, summed; `sac_priorities`."""
     w = torch.ones_like(targets) if weights is None else weights
     loss = (w * (q1 - targets) ** 2).mean() + (w * (q2 - targets) ** 2).mean()
-    td_errors = 0.5 * ((q1 - targets).abs() + (q2 - targets).abs())
-    return loss, td_errors.detach()
+    return loss, sac_priorities(q1, q2, targets)
 
 
 def actor_loss(logp: torch.Tensor, q1_pi: torch.Tensor, q2_pi: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
@@ -211,6 +228,14 @@ def build_sac_learner(observation_space: Any, action_space: Any, params: SACPara
                       TwinQ(observation_space, action_space, encoder), params, device, bf16)
 
 
+def actor_actions(actor: SquashedGaussianActor, obs: np.ndarray, explore: bool, device: torch.device) -> np.ndarray:
+    """Actions for a batch of filtered observations: sampled when exploring, else the squashed mean."""
+    with torch.no_grad():
+        obs_t = obs_tensor(obs, device)
+        actions = actor.sample(obs_t)[0] if explore else actor.greedy(obs_t)
+    return actions.cpu().numpy().reshape(len(obs), *actor.action_shape)
+
+
 # -- the algorithm --------------------------------------------------------------------------------
 class SAC(Algorithm):
     params: SACParams
@@ -244,11 +269,7 @@ class SAC(Algorithm):
         return self.learner.weights()
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        actor = self.learner.actor
-        with torch.no_grad():
-            obs_t = obs_tensor(obs, self.device)
-            actions = actor.sample(obs_t)[0] if explore else actor.greedy(obs_t)
-        return actions.cpu().numpy().reshape(len(obs), *actor.action_shape)
+        return actor_actions(self.learner.actor, obs, explore, self.device)
 
     def policy_module(self) -> nn.Module:
         return GreedyActor(copy.deepcopy(self.learner.actor).cpu().eval())
@@ -262,3 +283,27 @@ class SAC(Algorithm):
         self.learner.load_state_files(files)
         if SCHEDULE_FILE in files:
             self.local_replay.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
+
+
+class ShardedSAC(ShardedReplay):
+    """SAC on replay shards: the workers' squashed Gaussian actors (uniform until `learning_starts` env steps)
+    add to the shards, which give new transitions their largest priority (the workers have no critics to
+    score them with); the learner actor runs `SACLearner.update` and sends `sac_priorities` back."""
+
+    params: SACParams
+    learner_builder = staticmethod(build_sac_learner)
+
+    def make_policy_factory(self) -> SACPolicyFactory:
+        return SACPolicyFactory(EncoderSpec.from_params(self.params))
+
+    def sampling_settings(self, position: int, timesteps: int) -> dict[str, Any]:
+        return {"uniform": timesteps < self.params.learning_starts}
+
+    def local_model(self) -> SquashedGaussianActor:
+        return SquashedGaussianActor(self.observation_space, self.action_space, EncoderSpec.from_params(self.params))
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
+        return actor_actions(self.refreshed_local_model(), obs, explore, torch.device("cpu"))
+
+    def policy_module(self) -> nn.Module:
+        return GreedyActor(copy.deepcopy(self.refreshed_local_model()).eval())

@@ -1,9 +1,9 @@
 """The replay memory budget, checked before training: a replay that cannot fit is a user's mistake
 (exit 2 naming `spec.replay.capacity`), not a pod OOM-killed in a loop.
 
-Where replay lives: DQN's buffer in the trainer's process (the head pod in a cluster); Ape-X's
-shards are Ray actors that ask Ray for their bytes as the `memory` resource, so Ray puts each on
-a node (pod) with room for it. Locally everything shares this machine's available memory.
+Where replay lives (the registry's `placement`): DQN's buffer, and SAC's without shards, in the trainer's
+process (the head pod in a cluster); replay shards (Ape-X, SAC with `replay.shards`) are Ray actors
+that ask Ray for their bytes as the `memory` resource, so Ray puts each on a node (pod) with room for it. Locally everything shares this machine's available memory.
 Replay may take `REPLAY_SHARE` of a pod's memory or of the machine's available memory: Ray's
 object store takes 30% of a node's memory by default, and the processes need the rest.
 """
@@ -84,7 +84,7 @@ def replay_places(experiment: RLExperiment, *, in_cluster: bool, available: int 
     if not in_cluster:
         return [] if available is None else [MemoryPlace("this machine's available memory", available)]
     head = MemoryPlace("spec.head.memory", quantity_bytes(spec.head.memory))
-    if REGISTRY[spec.algorithm].replay == "local":
+    if REGISTRY[spec.algorithm].placement(spec.rollouts.workers, spec.replay.shards) == "local":
         return [head]  # one buffer in the trainer's process, on the head
     workers = [MemoryPlace("spec.workers.memory", quantity_bytes(spec.workers.memory))] * spec.workers.replicas
     return [head, *workers]
@@ -98,8 +98,8 @@ def replay_memory_errors(experiment: RLExperiment, spaces: EnvSpaces, *, in_clus
                          available: int | None = None) -> list[FieldError]:
     """[] when the replay fits where it will live, else one error on spec.replay.capacity with the numbers."""
     spec = experiment.spec
-    kind = REGISTRY[spec.algorithm].replay
-    if kind == "none":
+    entry = REGISTRY[spec.algorithm]
+    if not entry.off_policy:
         return []
     places = replay_places(experiment, in_cluster=in_cluster,
                            available=available if available is not None else available_memory())
@@ -107,7 +107,7 @@ def replay_memory_errors(experiment: RLExperiment, spaces: EnvSpaces, *, in_clus
         return []  # nothing to compare with (no /proc/meminfo)
     layout = FrameLayout.of(spaces.observation_space, spaces.frame_stack, hyperparams_for(experiment).observation_filter)
     fragment, prioritized = spec.rollouts.fragment_length, spec.replay.prioritized
-    shards = spec.replay.shards if kind == "shards" else 1
+    shards = entry.shard_count(spec.rollouts.workers, spec.replay.shards)
     action_size = action_bytes(spaces.action_space)
 
     def shard_bytes(capacity: int) -> list[int]:

@@ -1,7 +1,8 @@
-"""Ape-X's learner actor: double DQN on batches from every replay shard, never waiting on one.
+"""The learner actor of the replay-shard topology (Ape-X DQN; SAC with replay shards): an off-policy learner
+on batches from every replay shard, never waiting on one.
 
-It keeps `prefetch` sample requests outstanding per shard, runs `QLearner.update` (the DQN loss,
-`kuberl.trainer.algorithms.dqn`) with importance weights in its own thread, sends new priorities
+It keeps `prefetch` sample requests outstanding per shard, runs the algorithm's `OffPolicyLearner.update`
+(DQN's `QLearner`, SAC's `SACLearner`) with importance weights in its own thread, sends the new priorities
 back and publishes weights through the object store every `weight_sync_interval` updates.
 """
 
@@ -12,19 +13,18 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from kuberl.api.hyperparams import ApexDQNParams
-from kuberl.trainer.algorithms.dqn import QLearner
+from kuberl.api.hyperparams import ApexDQNParams, SACParams
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import start_memory_trimmer
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
-from kuberl.trainer.models.q_network import build_q_network
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,42 @@ BATCHES_PER_REQUEST = 4  # train batches per shard round trip: fewer, larger mes
 SHARD_STATS_TIMEOUT_S = 10.0
 
 
-class ApexLearner:
+class OffPolicyLearner(Protocol):
+    """What the shard learner drives: an update step that gives priorities back, weights for the rollout
+    workers, and checkpoint files."""
+
+    updates: int
+
+    def update(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """One update on a replay sample (obs, action, reward, next_obs, discount, weights); |TD errors| back."""
+        ...
+
+    def weights(self) -> dict[str, np.ndarray]: ...
+
+    def take_stats(self) -> dict[str, Any]: ...
+
+    def state_files(self) -> dict[str, bytes]: ...
+
+    def load_state_files(self, files: dict[str, bytes]) -> None: ...
+
+
+ShardParams = ApexDQNParams | SACParams
+# (observation_space, action_space, params, device) -> the learner; a module-level function, so it pickles.
+LearnerBuilder = Callable[[gym.Space, gym.Space, Any, torch.device], OffPolicyLearner]
+
+
+class ShardLearner:
     """The learner's loop runs in its own thread; the actor's other methods answer meanwhile."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, params: ApexDQNParams, gpus: int,
-                 shards: list[Any]):
+    def __init__(self, build: LearnerBuilder, observation_space: gym.Space, action_space: gym.Space,
+                 params: ShardParams, gpus: int, shards: list[Any]):
         configure_cpu_threads()
         start_memory_trimmer()
         if params.seed is not None:
             torch.manual_seed(params.seed)
         self.params = params
         self.request_size = params.train_batch_size * BATCHES_PER_REQUEST
-        self.learner = QLearner(build_q_network(observation_space, action_space, params), params, learner_device(gpus))
+        self.learner = build(observation_space, action_space, params, learner_device(gpus))
         self.lock = threading.Lock()  # the loop's update step vs. checkpoint reads and writes
         self.shards: list[Any] = list(shards)
         self.shard_adds = [0] * len(shards)
@@ -78,7 +102,7 @@ class ApexLearner:
     # -- called by others --------------------------------------------------------------------------
     def start(self) -> None:
         if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="apex-learner", daemon=True)
+            self.thread = threading.Thread(target=self._run, name="shard-learner", daemon=True)
             self.thread.start()
 
     def stop(self) -> None:
@@ -184,7 +208,7 @@ class ApexLearner:
             self._loop()
         except Exception:  # noqa: BLE001 - reported to the driver, which fails the run
             self.error = traceback.format_exc()
-            log.error("Ape-X learner failed:\n%s", self.error)
+            log.error("the shard learner failed:\n%s", self.error)
 
     def _loop(self) -> None:
         import ray

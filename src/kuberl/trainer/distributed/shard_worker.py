@@ -1,42 +1,47 @@
-"""Ape-X's rollout worker actor: samples into replay shards directly and picks up weights when they are there.
+"""The rollout worker actor of the replay-shard topology: samples into replay shards directly and picks up
+weights when they are there.
 
-It explores with its own epsilon, after a warm-up from `epsilon_start` down to it over the run's
-first `epsilon_timesteps` env steps (the driver passes the run's count with every call), turns each fragment into n-step transitions with initial
-priorities from its own TD errors, and adds them in the compact form (frames once, in their own
-dtype: `kuberl.trainer.replay.frames`) to the shards round robin, with at most
-MAX_ADDS_IN_FLIGHT adds outstanding. Between fragments it asks the learner for newer weights
-without waiting for the answer.
+It acts with its algorithm's sampling policy (Ape-X: epsilon-greedy with its own epsilon; SAC: the squashed
+Gaussian, uniform until learning starts), turns each fragment into n-step transitions, with initial
+priorities where the policy can give them (`Priorities`: Ape-X's own TD errors; without, the shard gives new
+transitions its largest priority), and adds them in the compact form (frames once, in their own dtype:
+`kuberl.trainer.replay.frames`) to the shards round robin, with at most MAX_ADDS_IN_FLIGHT adds outstanding.
+Between fragments it asks the learner for newer weights without waiting for the answer.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.learning.device import configure_cpu_threads
-from kuberl.trainer.learning.schedules import linear_schedule
-from kuberl.trainer.replay.nstep import batch_priorities, compact_transitions
+from kuberl.trainer.replay.frames import NStepRows
+from kuberl.trainer.replay.nstep import compact_transitions
 from kuberl.trainer.sampling.filters import RunningStats
-from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, WorkerConfig
+from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, SampleBatch, WorkerConfig
+
+# (policy, rollout batch, its n-step rows) -> |TD errors| as initial priorities; module-level, so it pickles.
+Priorities = Callable[[Any, SampleBatch, NStepRows], np.ndarray]
 
 MAX_ADDS_IN_FLIGHT = 2  # per worker: bounds the object store when a shard falls behind
 
 
-class ApexRolloutWorker:
+class ShardRolloutWorker:
     """A rollout worker that feeds replay shards directly and picks up weights when they are there."""
 
-    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int, epsilon: float,
-                 *, gamma: float, n_step: int, learner: Any, stack_depth: int = 1,
-                 epsilon_start: float | None = None, epsilon_timesteps: int = 1):
+    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int,
+                 policy_settings: dict[str, Any], *, gamma: float, n_step: int, learner: Any,
+                 priorities: Priorities | None = None, stack_depth: int = 1):
         configure_cpu_threads()
         self.worker = RolloutWorker(config, policy_factory, worker_index)
-        self.final_epsilon = epsilon
-        self.epsilon_start = epsilon if epsilon_start is None else epsilon_start
-        self.epsilon_timesteps = epsilon_timesteps
-        self.timesteps = 0  # the run's env steps, as the driver last said, plus this worker's since
-        self.epsilon = self._set_epsilon()
+        self.policy_settings: dict[str, Any] = {}
+        self._configure(policy_settings)
+        self.priorities = priorities
         self.gamma = gamma
         self.n_step = n_step
         self.stack_depth = stack_depth
@@ -46,12 +51,6 @@ class ApexRolloutWorker:
         self.next_shard = worker_index
         self.adds_in_flight: deque[Any] = deque()
         self.shard_errors = 0
-
-    def _set_epsilon(self) -> float:
-        """This worker's epsilon at the run's env steps so far: the warm-up, then its own."""
-        epsilon = linear_schedule(self.timesteps, self.epsilon_start, self.final_epsilon, self.epsilon_timesteps)
-        self.worker.configure_policy(epsilon=epsilon)
-        return epsilon
 
     def _poll_weights(self) -> None:
         """Start a request for newer weights, or take the answer of the last one if it is in."""
@@ -72,6 +71,13 @@ class ApexRolloutWorker:
             self.worker.set_weights(ray.get(refs[0]), version)
             self.weight_updates += 1
 
+    def _configure(self, settings: dict[str, Any]) -> None:
+        """Pass the settings that changed to the policy's `configure` (epsilon; uniform until learning starts)."""
+        changed = {k: v for k, v in settings.items() if self.policy_settings.get(k) != v}
+        if changed:
+            self.worker.configure_policy(**changed)
+            self.policy_settings.update(changed)
+
     def _wait_for_adds(self, limit: int) -> None:
         import ray
 
@@ -82,20 +88,18 @@ class ApexRolloutWorker:
                 self.shard_errors += 1  # those transitions are lost with the shard; the driver replaces it
 
     def run(self, fragments: int, shards: list[Any], filter_state: RunningStats | None = None,
-            timesteps: int | None = None) -> dict[str, Any]:
+            policy_settings: dict[str, Any] | None = None) -> dict[str, Any]:
         """Sample `fragments` fragments into the shards; returns a small report (no transitions).
-
-        `timesteps` is the run's env steps so far (all workers), which the epsilon warm-up follows.
 
         `filter_state` is the driver's master observation filter (observation_filter: mean_std);
         the report carries the statistics this worker gathered since, for the driver to merge.
+        `policy_settings` go to the policy's `configure` first (SAC: uniform actions until learning starts).
         """
         import ray
 
         if filter_state is not None:
             self.worker.set_filter(filter_state)
-        if timesteps is not None:
-            self.timesteps = timesteps
+        self._configure(policy_settings or {})
         started = time.perf_counter()
         env_steps = 0
         sent_bytes = sent = 0
@@ -103,7 +107,6 @@ class ApexRolloutWorker:
         filter_delta: RunningStats | None = None
         for _ in range(fragments):
             self._poll_weights()
-            self.epsilon = self._set_epsilon()
             batch = self.worker.sample()
             if batch.filter_delta is not None:
                 if filter_delta is None:
@@ -112,15 +115,14 @@ class ApexRolloutWorker:
                     filter_delta.merge(batch.filter_delta)
             transitions, rows = compact_transitions(batch, gamma=self.gamma, n_step=self.n_step,
                                                     stack_depth=self.stack_depth)
-            priorities = batch_priorities(self.worker.policy, batch, rows)  # type: ignore[arg-type]
+            priorities = None if self.priorities is None else self.priorities(self.worker.policy, batch, rows)
             shard = shards[self.next_shard % len(shards)]
             self.next_shard += 1
             self._wait_for_adds(MAX_ADDS_IN_FLIGHT - 1)
             self.adds_in_flight.append(shard.add.remote(transitions, priorities))
-            sent_bytes += transitions.nbytes + priorities.nbytes
+            sent_bytes += transitions.nbytes + (0 if priorities is None else priorities.nbytes)
             sent += len(transitions)
             env_steps += batch.env_steps
-            self.timesteps += batch.env_steps
             episodes.extend(batch.episodes)
         return {
             "worker": self.worker.worker_index,
@@ -132,7 +134,7 @@ class ApexRolloutWorker:
             "policyVersion": self.worker.policy_version,
             "weightUpdates": self.weight_updates,
             "shardErrors": self.shard_errors,
-            "epsilon": self.epsilon,
+            **self.policy_settings,
             "node": ray.get_runtime_context().get_node_id(),
             "filterDelta": filter_delta,
         }
