@@ -40,7 +40,7 @@ ENV_TERMINATION_LOG = "KUBERL_TERMINATION_LOG"
 
 # glibc's malloc settings for every process of the experiment's Ray nodes (the trainer sets them on a
 # local node it starts, the operator on the pods): why, in kuberl.trainer.distributed.ray_runtime.
-MALLOC_ENV: dict[str, str] = {"MALLOC_ARENA_MAX": "2"}
+MALLOC_ENV: dict[str, str] = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
 
 # --- storage credentials: spec.storage.secretRef's keys become environment variables of that name --
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -24,47 +22,21 @@ DEFAULT_LOCAL_NODE_IP = "127.0.0.2"
 # in a 30-minute soak; they do without. Ray's dashboard then lists fewer of their calls.
 ACTOR_OPTIONS: dict[str, Any] = {"enable_task_events": False}
 
-# glibc's malloc strands freed memory in two ways that long-lived actors hit. Each thread that
-# allocates gets an arena of its own (up to 8 per core; a Ray actor has ~30 threads) whose free
-# memory only that arena reuses; and once a block over its mmap threshold (128 KiB) is freed, it
-# raises the threshold to that size (up to 32 MiB), so later blocks that size (sample batches,
-# torch's activations) come from the heap and leave holes there. The Ape-X learner's heap in use
+# glibc's malloc strands freed memory in two ways that long-lived actors hit. Once a block over
+# its mmap threshold (128 KiB) is freed, it raises the threshold to that size (up to 32 MiB), so
+# later blocks that size (sample batches, torch activations) come from the heap and leave holes
+# there; and each thread that allocates gets an arena of its own (up to 8 per core; a Ray actor
+# has ~30 threads) whose free memory only that arena reuses. The Ape-X learner's heap in use
 # stayed flat while glibc's free lists grew from 5 to 31 MB in 8 minutes (~40 MB/h over a
-# 30-minute soak; `bench/soak_apex.py --diagnose`). Two arenas (MALLOC_ARENA_MAX, read at process
-# start, so it is in the environment of the node's processes, which Ray's workers inherit: a local
-# node started here gets it from `init_ray`, a pod from the operator) and a `malloc_trim(0)` every
-# TRIM_INTERVAL_S in each kuberl actor, which hands the free pages inside the heap back to the
-# kernel, keep them flat. A fixed mmap threshold did too, but it maps and zeroes every block of
-# 128 KiB and up afresh: 1.5-2x the CPU time of a learner update at batch 256-512. A job's
-# runtime_env could carry the variables, but then no worker Ray prestarts fits the job and each
-# actor waits for a new one.
+# 30-minute soak; `bench/soak_apex.py --diagnose`). A fixed threshold and two arenas keep the
+# free lists at ~2 MB. glibc reads these at process start, so they are in the environment of the
+# node's processes, which Ray's workers inherit: a local node started here gets them from
+# `init_ray`, a pod from the operator (`MALLOC_ENV` in the contract). A job's runtime_env could
+# carry them too, but then no worker Ray prestarts fits the job and each actor waits for a new one.
+# The price: each block of 128 KiB and up is mapped and zeroed afresh, 1.5-2x the CPU time of a CPU
+# learner update at batch 256-512. A `malloc_trim(0)` every 30 s with two arenas instead kept the
+# CPU time but not the memory (learner 73 / 19 MB/h over 8 minutes, against 36 / 8.7).
 WORKER_ENV_VARS: dict[str, str] = dict(MALLOC_ENV)
-TRIM_INTERVAL_S = 30.0
-_trimmer: threading.Thread | None = None
-
-
-def start_memory_trimmer(interval_s: float = TRIM_INTERVAL_S) -> bool:
-    """Call glibc's `malloc_trim(0)` every `interval_s` in a daemon thread, once per process.
-
-    False where there is no glibc (another libc, another OS): nothing to do there.
-    """
-    global _trimmer
-    if _trimmer is not None:
-        return True
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-
-    def loop() -> None:
-        while True:
-            time.sleep(interval_s)
-            trim(0)
-
-    _trimmer = threading.Thread(target=loop, name="kuberl-malloc-trim", daemon=True)
-    _trimmer.start()
-    return True
 
 
 @contextlib.contextmanager

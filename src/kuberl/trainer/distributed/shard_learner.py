@@ -22,7 +22,6 @@ import torch
 
 from kuberl.api.hyperparams import ApexDQNParams, SACParams
 from kuberl.trainer.distributed.errors import actor_died_errors
-from kuberl.trainer.distributed.ray_runtime import start_memory_trimmer
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
 
@@ -62,7 +61,6 @@ class ShardLearner:
     def __init__(self, build: LearnerBuilder, observation_space: gym.Space, action_space: gym.Space,
                  params: ShardParams, gpus: int, shards: list[Any]):
         configure_cpu_threads()
-        start_memory_trimmer()
         if params.seed is not None:
             torch.manual_seed(params.seed)
         self.params = params

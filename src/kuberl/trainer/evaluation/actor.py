@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.distributed.ray_runtime import start_memory_trimmer
 from kuberl.trainer.evaluation.episodes import EnvFactory, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
@@ -17,7 +16,6 @@ from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 class EvaluationWorker:
     def __init__(self, make: EnvFactory, policy_factory: PolicyFactory, observation_filter: str, seed: int):
         configure_cpu_threads()
-        start_memory_trimmer()
         self.make = make
         env = make()
         try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS, start_memory_trimmer
+from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 from kuberl.trainer.replay.frames import FrameTransitions
 
@@ -22,7 +22,6 @@ class ReplayShard:
     def __init__(self, index: int, capacity: int, *, prioritized: bool = True, alpha: float = 0.6,
                  beta: float = 0.4, eps: float = 1e-6, seed: int | None = None,
                  frames_per_transition: float | None = None):
-        start_memory_trimmer()
         self.index = index
         shard_seed = None if seed is None else seed + 7919 * (index + 1)
         self.buffer = make_replay_buffer(capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,

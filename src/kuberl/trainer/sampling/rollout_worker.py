@@ -24,7 +24,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.distributed.ray_runtime import start_memory_trimmer
 from kuberl.trainer.sampling.atari import game_scores
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
@@ -91,7 +90,6 @@ def worker_seed(seed: int | None, worker_index: int) -> int | None:
 
 class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
-        start_memory_trimmer()
         self.config = config
         self.worker_index = worker_index
         self.env = make_vector_env(config.env, num_envs=config.num_envs)
