@@ -248,6 +248,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.priorityAlpha", 2, OUT_OF_RANGE, False),
     C("config.priorityBeta", -1, OUT_OF_RANGE, False),
     C("config.priorityBetaTimesteps", 0, OUT_OF_RANGE, False),
+    C("config.priorityBetaFinal", 1.5, OUT_OF_RANGE, False),
     C("config.priorityEps", 0, OUT_OF_RANGE, False),
     C("config.workerEpsilonBase", 0, OUT_OF_RANGE, False),
     C("config.workerEpsilonExponent", -1, OUT_OF_RANGE, False),
