@@ -1,6 +1,7 @@
 """SAC on replay shards (Ape-X's topology), on real Ray and Pendulum-v1: two rollout workers feed two
 prioritized shards, the learner actor's priorities go back to them, the replay ratio stays within its
-bounds, and a checkpoint resumes with the learner's update count; then a short learning check."""
+bounds, and a checkpoint resumes with the learner's update count. That it learns on this path is
+`bench/sac.py --shards 2`'s (docs/benchmarks.md): too long for the CI budget."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from kuberl.trainer.algorithms.sac import LEARNER_FILE, SACConfig, ShardedSAC
 from kuberl.trainer.algorithms.sharded import shard_stats
 from kuberl.trainer.distributed.shard_learner import BATCHES_PER_REQUEST
 from kuberl.trainer.models.weights import torch_load_bytes
-from kuberl_testing.fault_figures import report_figures
 
 pytestmark = pytest.mark.slow
 
@@ -100,24 +100,3 @@ def test_two_workers_feed_two_shards_priorities_flow_back_and_a_checkpoint_resum
         assert result["workers"] and all(w["uniform"] is False for w in result["workers"].values())
     finally:
         resumed.stop()
-
-
-RANDOM_RETURN = -1_200.0  # a uniform random policy's Pendulum-v1 return, about
-LEARNING_STEPS = 12_000
-
-
-@pytest.mark.timeout(300)
-def test_sac_on_shards_learns_pendulum_beyond_a_random_policy() -> None:
-    algo = _config(hidden=[64, 64], learning_starts=1_000, replay_ratio=0.5, train_batch_size=128,
-                   max_replay_ratio=128.0).build()
-    started = time.monotonic()
-    try:
-        while algo.timesteps < LEARNING_STEPS:
-            result = algo.train()
-        evaluation = algo.evaluate(episodes=5)
-    finally:
-        algo.stop()
-    report_figures("sac-shards-pendulum", seconds=time.monotonic() - started, timesteps=result["timesteps"],
-                   updates=result["learner"]["updates"], greedy_return_mean=evaluation["episodeReturnMean"])
-    # A clear improvement after 12,000 env steps: a random policy averages about -1,200, a solved one -150 to -250.
-    assert evaluation["episodeReturnMean"] > RANDOM_RETURN / 2, evaluation
