@@ -13,6 +13,7 @@ from kuberl.api.validation import load_manifest, validate_document
 from kuberl.trainer.algorithms.sac import SAC, SACConfig, ShardedSAC, critic_loss, sac_priorities
 from kuberl.trainer.run.memory_budget import replay_memory_errors
 from kuberl.trainer.sampling.envs import EnvSpaces
+from kuberl_testing.manifests import experiment_manifest
 
 PENDULUM = EnvSpaces(gym.spaces.Box(-8.0, 8.0, (3,), dtype=np.float32), gym.spaces.Box(-2.0, 2.0, (1,)),
                      frame_stack=1)
@@ -73,20 +74,11 @@ def test_sac_priorities_are_the_mean_of_the_twin_critics_absolute_errors() -> No
 
 
 def _experiment(workers: int, shards: int | None, capacity: int, head: str, pods: str):
-    replay = f"shards: {shards}, " if shards is not None else ""
-    return load_manifest(f"""
-apiVersion: kuberl.io/v1alpha1
-kind: RLExperiment
-metadata: {{name: pendulum}}
-spec:
-  algorithm: sac
-  env: {{id: Pendulum-v1}}
-  rollouts: {{workers: {workers}, fragmentLength: 64}}
-  replay: {{{replay}capacity: {capacity}}}
-  head: {{memory: {head}}}
-  workers: {{replicas: 2, memory: {pods}}}
-  stop: {{timesteps: 1000}}
-""")
+    replay = {"capacity": capacity, **({"shards": shards} if shards is not None else {})}
+    return load_manifest(experiment_manifest(
+        "pendulum", algorithm="sac", env="Pendulum-v1", rollouts={"workers": workers, "fragmentLength": 64},
+        replay=replay, head={"memory": head}, workers={"replicas": 2, "memory": pods}, stop={"timesteps": 1000},
+    ))
 
 
 def test_sac_shards_may_live_in_the_worker_pods_and_the_local_buffer_only_in_the_head() -> None:
