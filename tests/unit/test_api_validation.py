@@ -117,6 +117,21 @@ def test_apex_needs_a_replay_shard():
     assert errors_of(text) == ["spec.replay.shards: apex-dqn needs at least 1 replay shard"]
 
 
+def test_dqn_refuses_more_than_one_shard_and_takes_one_or_unset():
+    dqn = GOOD.replace("algorithm: ppo", "algorithm: dqn")
+    [error] = errors_of(dqn + "  replay: {shards: 2}\n")
+    assert error.startswith("spec.replay.shards: dqn keeps one replay buffer in the learner")
+    assert load_manifest(dqn + "  replay: {shards: 1}\n").spec.replay.shards == 1
+
+
+def test_sac_refuses_shards_without_rollout_workers_to_feed_them():
+    sac = GOOD.replace("algorithm: ppo", "algorithm: sac").replace("CartPole-v1", "Pendulum-v1")
+    [error] = errors_of(sac + "  replay: {shards: 2}\n")
+    assert error.startswith("spec.replay.shards: replay shards are fed by rollout workers")
+    assert load_manifest(sac + "  replay: {shards: 2}\n  rollouts: {workers: 1}\n").spec.replay.shards == 2
+    assert load_manifest(sac).spec.replay.shards is None
+
+
 def test_stop_needs_a_criterion():
     text = GOOD.replace("  stop: {timesteps: 10000}\n", "")
     [error] = errors_of(text)

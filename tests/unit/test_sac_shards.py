@@ -21,7 +21,7 @@ PENDULUM = EnvSpaces(gym.spaces.Box(-8.0, 8.0, (3,), dtype=np.float32), gym.spac
 
 @pytest.mark.parametrize(("workers", "shards", "placement"), [
     (0, None, "local"), (2, None, "local"), (2, 0, "local"),  # today's SAC: unset or 0 keeps the learner's buffer
-    (0, 2, "local"),  # no rollout workers to feed shards: the learner samples and keeps its buffer
+    (0, 2, "local"),  # no rollout workers to feed shards (validation refuses this manifest; the placement stays local)
     (1, 1, "shards"), (2, 2, "shards"),
 ])
 def test_sac_keeps_its_replay_in_shards_only_when_asked_with_workers(workers, shards, placement) -> None:

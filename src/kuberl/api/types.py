@@ -107,8 +107,8 @@ class ReplaySpec(StrictModel):
     shards: int | None = Field(
         None, ge=0, le=256,
         description="Replay shard actors that rollout workers add to and the learner samples from. apex-dqn always "
-        "uses shards (unset: 1); sac uses them when this is set >= 1 and rollouts.workers >= 1, else one buffer in "
-        "the learner (unset, or 0); dqn keeps one buffer in the learner.",
+        "uses shards (unset: 1); sac uses them when this is set >= 1, which needs rollouts.workers >= 1 to feed them, "
+        "else one buffer in the learner (unset, or 0); dqn keeps one buffer in the learner (unset or 1).",
     )
     capacity: int = Field(100_000, ge=1, le=1_000_000_000, description="Transitions kept, split across the shards.")
     prioritized: bool = Field(True, description="Proportional prioritized replay; false samples uniformly.")

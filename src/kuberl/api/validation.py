@@ -223,6 +223,13 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     shards = entry.shard_count(spec.rollouts.workers, spec.replay.shards)
     if entry.replay == "shards" and shards < 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
+    asked = spec.replay.shards
+    if entry.replay == "local" and asked is not None and asked > 1:
+        errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} keeps one replay buffer in the learner: "
+                                 "leave it unset or 1 (apex-dqn and sac spread replay over shards)"))
+    if entry.replay == "local-or-shards" and asked is not None and asked >= 1 and spec.rollouts.workers < 1:
+        errors.append(FieldError("spec.replay.shards", "replay shards are fed by rollout workers: set "
+                                 "spec.rollouts.workers >= 1, or leave shards unset for one buffer in the learner"))
     stop = spec.stop
     criteria = (stop.timesteps, stop.episode_return_mean, stop.time_seconds, stop.iterations, stop.evaluation_return_mean)
     if all(value is None for value in criteria):
