@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.replay.buffers import PrioritizedReplayBuffer, UniformReplayBuffer
 from kuberl.trainer.replay.frames import NStepRows, encode_frames, frame_stack_depth
-from kuberl.trainer.replay.nstep import compact_transitions, nstep_targets
+from kuberl.trainer.replay.nstep import batch_priorities, compact_transitions, local_priorities, nstep_targets
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 from kuberl_testing.fragments import StackedStreams, assert_matches_reference, reference_transitions
@@ -180,3 +180,26 @@ def test_frames_of_another_shape_or_dtype_are_refused() -> None:
         buffer.add(encode(other, n=3, stack=4))
     with pytest.raises(ValueError, match="FrameTransitions"):
         buffer.add({"obs": np.zeros((2, 1)), "action": np.zeros(2)})
+
+
+@pytest.mark.parametrize("same_step", [True, False], ids=["same-step-autoreset", "next-step-autoreset"])
+def test_worker_priorities_reuse_the_acting_pass_and_equal_the_plain_td_errors(same_step: bool, monkeypatch) -> None:
+    """Ape-X's initial priorities take max_a Q(next_obs) from the acting pass where the worker acted on that very
+    observation; the rest (fragment ends, truncations) take a forward pass. Same numbers as the plain way."""
+    worker = _worker(same_step, size=8, max_steps=7, mistakes=4)
+    policy = worker.policy
+    policy.configure(epsilon=0.3)
+    forwarded: list[int] = []
+    q_values = policy.q_values
+    for _ in range(3):
+        batch = worker.sample()
+        data = batch.data
+        _, rows = compact_transitions(batch, gamma=GAMMA, n_step=3, stack_depth=4)
+        monkeypatch.setattr(policy, "q_values", lambda obs: forwarded.append(len(obs)) or q_values(obs))
+        got = batch_priorities(policy, batch, rows)
+        monkeypatch.setattr(policy, "q_values", q_values)
+        plain = local_priorities(policy, {"next_obs": data["next_obs"][rows.last, rows.env], "reward": rows.reward,
+                                          "discount": rows.discount, "q_taken": data["q_taken"][rows.step, rows.env]})
+        np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+        assert (data["terminateds"] | data["truncateds"]).any()  # the fragments cross episode ends
+    assert 0 < sum(forwarded) < 3 * len(rows) / 2

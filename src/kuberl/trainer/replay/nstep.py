@@ -108,9 +108,28 @@ def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
 
 
 def batch_priorities(policy: QPolicy, batch: SampleBatch, rows: NStepRows) -> np.ndarray:
-    """`local_priorities` of the transitions `rows` of a rollout batch (its policy kept q_taken)."""
+    """`local_priorities` of the transitions `rows` of a rollout batch (its policy kept q_taken and q_max).
+
+    The bootstrap value max_a Q(next_obs) is mostly known already: when a transition's next observation is
+    exactly the observation the worker acted on one step later, the acting pass computed it (`q_max`, same
+    weights within a fragment). Only the rest (the fragment's last step, a truncation's final observation)
+    takes a forward pass, and terminated transitions (discount 0) need none; on pixels this halves the
+    worker's network time.
+    """
     data = batch.data
-    return local_priorities(policy, {
-        "next_obs": data["next_obs"][rows.last, rows.env], "reward": rows.reward, "discount": rows.discount,
-        "q_taken": data["q_taken"][rows.step, rows.env],
-    })
+    next_obs = data["next_obs"][rows.last, rows.env]
+    next_q = np.zeros(len(rows), dtype=np.float32)
+    known = np.zeros(len(rows), dtype=bool)
+    if "q_max" in data:
+        follow = rows.last + 1
+        inside = np.flatnonzero(follow < len(data["obs"]))
+        acted_on = data["obs"][follow[inside], rows.env[inside]]
+        same = (acted_on == next_obs[inside]).reshape(len(inside), -1).all(axis=1)
+        reuse = inside[same]
+        next_q[reuse] = data["q_max"][follow[reuse], rows.env[reuse]]
+        known[reuse] = True
+    needed = ~known & (rows.discount != 0)
+    if needed.any():
+        next_q[needed] = policy.q_values(next_obs[needed]).max(axis=1)
+    target = rows.reward + rows.discount * next_q
+    return np.abs(target - data["q_taken"][rows.step, rows.env]).astype(np.float32)

@@ -107,7 +107,8 @@ class PPOPolicyFactory:
 
 
 class QPolicy:
-    """Epsilon-greedy over a CPU copy of the Q-network; keeps Q(s, a) of each action for local priorities."""
+    """Epsilon-greedy over a CPU copy of the Q-network; keeps Q(s, a) of the action taken and max_a Q(s, a) of
+    each step for local priorities (`replay.nstep.batch_priorities`)."""
 
     def __init__(self, network: QNetwork, n_actions: int, seed: int):
         self.network = network.eval()
@@ -133,7 +134,7 @@ class QPolicy:
             random = self.rng.random(len(actions)) < self.epsilon
             actions = np.where(random, self.rng.integers(0, self.n_actions, len(actions)), actions)
         q_taken = np.take_along_axis(q, actions[:, None], axis=1)[:, 0].astype(np.float32)
-        return actions.astype(np.int64), {"q_taken": q_taken}
+        return actions.astype(np.int64), {"q_taken": q_taken, "q_max": q.max(axis=1).astype(np.float32)}
 
 
 @dataclass(frozen=True)
