@@ -9,7 +9,7 @@ after its warm-up (Ray started, actors built, first weights out; Ape-X: past lea
 after another, so both sides see the same machine. An env step is one agent step (4 frames) on both.
 
 - kuberl `apex-dqn`: `env.preprocessing: atari` (84x84x4 uint8), examples/pong-apex.yaml's config with
-  2 workers x 4 envs x 50 steps, 2 replay shards of --apex-capacity, learningStarts 2,000; sampling
+  2 workers x 16 envs x 50 steps, 2 replay shards of --apex-capacity, learningStarts 2,000; sampling
   runs free of the learner (replayRatio near 0, as in bench/apex_scaling.py), so env steps/s is what
   the actors sustain while the learner takes its share of the cores (learner updates/s beside it).
 - kuberl `ppo`: examples/pong-ppo.yaml with 2 workers (8 envs x 128 steps, 4 epochs of 256), CPU learner.
