@@ -61,9 +61,10 @@ def manifest_config(name: str, *overrides: str) -> Any:
                                          ["learner.gpus=0", f"rollouts.workers={WORKERS}", *overrides])
 
 
-def apex_config(capacity: int, seed: int) -> Any:
+def apex_config(capacity: int, seed: int, envs_per_worker: int | None = None) -> Any:
+    envs = [f"rollouts.envsPerWorker={envs_per_worker}"] if envs_per_worker else []
     return manifest_config("pong-apex.yaml", f"config.seed={seed}", "config.learningStarts=2000",
-                           "config.replayRatio=0.000000001", "replay.shards=2", f"replay.capacity={capacity}")
+                           "config.replayRatio=0.000000001", "replay.shards=2", f"replay.capacity={capacity}", *envs)
 
 
 def ppo_config(seed: int) -> Any:
@@ -163,6 +164,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=90.0, help="measuring window of each run, after warm-up")
     parser.add_argument("--apex-capacity", type=int, default=20_000, help="transitions per replay shard")
+    parser.add_argument("--apex-envs", type=int, help="Ape-X envs per rollout worker (default: the example's)")
     parser.add_argument("--only", default="apex,ppo,appo,rllib-appo,rllib-ppo", help="runs to do, comma-separated")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
@@ -178,7 +180,7 @@ def main() -> int:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}, "
           f"{os.cpu_count()} cores; {args.seconds:g} s windows; {gpu_note()}", flush=True)
     runs = {
-        "kuberl apex-dqn": ("apex", lambda: measure(apex_config(args.apex_capacity, args.seed), args.seconds, 4_000, "updates")),
+        "kuberl apex-dqn": ("apex", lambda: measure(apex_config(args.apex_capacity, args.seed, args.apex_envs), args.seconds, 4_000, "updates")),
         "kuberl ppo": ("ppo", lambda: measure(ppo_config(args.seed), args.seconds)),
         "kuberl appo": ("appo", lambda: measure(appo_config(args.seed), args.seconds, 0, "updatesTotal")),
         "RLlib APPO": ("rllib-appo", lambda: rllib_window(args.rllib_python, RLLIB_APPO, args.seconds)),
