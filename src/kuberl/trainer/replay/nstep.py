@@ -103,8 +103,11 @@ def compact_transitions(batch: SampleBatch, *, gamma: float, n_step: int,
 def local_priorities(policy: QPolicy, transitions: Batch) -> np.ndarray:
     """|n-step TD error| under the worker's own network (Ape-X: actors prioritise what they add)."""
     next_q = policy.q_values(transitions["next_obs"]).max(axis=1)
-    target = transitions["reward"] + transitions["discount"] * next_q
-    return np.abs(target - transitions["q_taken"]).astype(np.float32)
+    return _td_priorities(transitions["reward"], transitions["discount"], next_q, transitions["q_taken"])
+
+
+def _td_priorities(reward: np.ndarray, discount: np.ndarray, next_q: np.ndarray, q_taken: np.ndarray) -> np.ndarray:
+    return np.abs(reward + discount * next_q - q_taken).astype(np.float32)
 
 
 def batch_priorities(policy: QPolicy, batch: SampleBatch, rows: NStepRows) -> np.ndarray:
@@ -131,5 +134,4 @@ def batch_priorities(policy: QPolicy, batch: SampleBatch, rows: NStepRows) -> np
     needed = ~known & (rows.discount != 0)
     if needed.any():
         next_q[needed] = policy.q_values(next_obs[needed]).max(axis=1)
-    target = rows.reward + rows.discount * next_q
-    return np.abs(target - data["q_taken"][rows.step, rows.env]).astype(np.float32)
+    return _td_priorities(rows.reward, rows.discount, next_q, data["q_taken"][rows.step, rows.env])
