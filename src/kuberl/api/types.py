@@ -84,11 +84,13 @@ class EnvSpec(StrictModel):
     config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
     preprocessing: Literal["none", "atari"] = Field(
         "none",
-        description="atari: the DeepMind preset on Gymnasium's wrappers for an ALE env (made with frameskip=1): "
-        "up to 30 no-op starts, frame skip 4 with max-pooling, 84x84 grayscale, 4 stacked frames (uint8 "
-        "observations of shape [4, 84, 84]), fire reset; for training also episodic life and rewards clipped to "
-        "[-1, 1]. The reported episode return is the unclipped score of the whole game. ALE v5's sticky actions "
-        "stay as Gymnasium sets them unless config says otherwise.",
+        description="atari: the DeepMind preset for an ALE env: up to 30 no-op starts, frame skip 4 with "
+        "max-pooling, 84x84 grayscale, 4 stacked frames (uint8 observations of shape [4, 84, 84]), fire reset; for "
+        "training also episodic life and rewards clipped to [-1, 1]. The reported episode return is the unclipped "
+        "score of the whole game. ALE v5's sticky actions stay as Gymnasium sets them unless config says otherwise. "
+        "Rollout workers step ALE's own vector env (the same frames, preprocessed in C++) when config holds no more "
+        "than repeat_action_probability, full_action_space and max_num_frames_per_episode and there are no "
+        "wrappers; otherwise, and in evaluation, single envs (made with frameskip=1) on Gymnasium's wrappers.",
     )
     wrappers: list[WrapperSpec] = Field(
         default_factory=list, max_length=32,

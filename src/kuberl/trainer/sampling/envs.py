@@ -16,6 +16,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from kuberl.trainer.sampling.atari import atari_preset, is_atari
+from kuberl.trainer.sampling.atari_vector import make_atari_vector
 from kuberl.trainer.sampling.env_ids import (
     EnvNotFound,
     gym_spec,
@@ -105,9 +106,7 @@ def env_spaces(env_id: str | EnvSettings, env_config: dict[str, Any] | None = No
 
 
 def _native_vector(settings: EnvSettings) -> bool:
-    """Gymnasium's own vector implementation fits: a Gymnasium env of Gymnasium's, nothing wrapped.
-
-    (ALE registers a vector entry point too, but it preprocesses on its own terms.)"""
+    """Gymnasium's own vector implementation fits: a Gymnasium env of Gymnasium's, nothing wrapped."""
     if parse_env_id(settings.id).kind != "gymnasium" or settings.preprocessing != "none" or settings.wrappers:
         return False
     entry = gym_spec(settings.id).vector_entry_point
@@ -119,10 +118,16 @@ def make_vector_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None
     """`num_envs` copies of the env stepped together.
 
     The result autoresets either on the next step (Gymnasium's native vector
-    envs) or in the same step with `final_obs` in the info (the sync
+    envs, ALE's for the atari preset) or in the same step with `final_obs` in the info (the sync
     fallback); `autoreset_mode(env)` says which, and the rollout worker handles both.
     """
     settings = env_id if isinstance(env_id, EnvSettings) else EnvSettings(env_id, dict(env_config or {}))
+    if settings.preprocessing == "atari" and not settings.wrappers and parse_env_id(settings.id).kind != "class":
+        registered = gym_spec(settings.id)
+        if str(registered.entry_point).startswith("ale_py"):
+            atari = make_atari_vector(registered, settings.config, num_envs)
+            if atari is not None:
+                return atari
     if _native_vector(settings):
         try:
             return gym.make_vec(parse_env_id(settings.id).name, num_envs=num_envs,

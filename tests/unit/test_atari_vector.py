@@ -1,0 +1,100 @@
+"""The atari preset on ALE's own vector env: the same frames as Gymnasium's wrappers, sticky actions as the id
+registers them, lives that end the learner's episode but not the game, and whole games' unclipped scores."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from kuberl.trainer.sampling.atari_vector import GameScoreVector, vector_kwargs
+from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, gym_spec, make_vector_env
+
+
+class ScriptedGames(gym.vector.VectorEnv):
+    """One env whose steps return scripted (reward, terminated, lives); autoresets on the next step."""
+
+    def __init__(self, script: list[tuple[float, bool, int]]):
+        self.num_envs = 1
+        self.script = list(script)
+        self.single_observation_space = gym.spaces.Box(0, 255, (1,), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 1)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 1)
+        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def reset(self, **kwargs):
+        return np.zeros((1, 1), np.uint8), {"lives": np.array([3])}
+
+    def step(self, actions):
+        reward, terminated, lives = self.script.pop(0)
+        return (np.zeros((1, 1), np.uint8), np.array([reward]), np.array([terminated]), np.array([False]),
+                {"lives": np.array([lives])})
+
+
+def test_a_game_ends_with_its_last_life_and_reports_the_unclipped_score_the_reset_step_scores_nothing():
+    env = GameScoreVector(ScriptedGames([
+        (4.0, False, 3), (7.0, True, 2),  # a lost life: a terminal for the learner, the game goes on
+        (1.0, False, 2), (0.0, True, 0),  # the last life: the game is over
+        (0.0, False, 3),  # the autoreset step starts the next game
+        (-3.0, False, 3), (0.0, True, 0),
+    ]))
+    env.reset(seed=0)
+    rewards, scores = [], []
+    for _ in range(7):
+        _, reward, terminated, _, info = env.step(np.array([0]))
+        rewards.append(float(reward[0]))
+        scores.append((float(info["game_return"][0]), int(info["game_length"][0])) if info["_game_return"][0] else None)
+    assert rewards == [1.0, 1.0, 1.0, 0.0, 0.0, -1.0, 0.0]  # clipped for the learner
+    assert scores == [None, None, None, (12.0, 4), None, None, (-3.0, 2)]
+
+
+def test_registered_defaults_stay_unless_the_manifest_says_otherwise():
+    registered = dict(gym_spec("ALE/Pong-v5").kwargs)
+    kwargs = vector_kwargs(registered, {})
+    assert kwargs is not None and kwargs["repeat_action_probability"] == 0.25 and kwargs["game"] == "pong"
+    assert "frameskip" not in kwargs  # the preset skips 4 itself
+    kwargs = vector_kwargs(registered, {"repeat_action_probability": 0.0})
+    assert kwargs is not None and kwargs["repeat_action_probability"] == 0.0
+    assert vector_kwargs(registered, {"mode": 0}) is None  # the vector env cannot express it
+    assert vector_kwargs(registered, {"frameskip": 4}) is None  # refused later, by the single-env path
+
+
+def test_the_preset_steps_on_ales_vector_env_unless_the_config_needs_single_envs():
+    vector = make_vector_env(EnvSettings("ALE/Pong-v5", preprocessing="atari"), num_envs=2)
+    try:
+        assert isinstance(vector, GameScoreVector) and autoreset_mode(vector) == AutoresetMode.NEXT_STEP
+        obs, _ = vector.reset(seed=0)
+        assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    finally:
+        vector.close()
+    single = make_vector_env(EnvSettings("ALE/Pong-v5", {"mode": 0}, "atari"), num_envs=2)
+    try:
+        assert isinstance(single, gym.vector.SyncVectorEnv)
+    finally:
+        single.close()
+
+
+@pytest.mark.parametrize("action", [0, 2, 3])
+def test_ales_vector_frames_equal_gymnasiums_preprocessing(action):
+    """Same game, no sticky actions or no-op starts: every 84x84 max-pooled grayscale frame is identical."""
+    import ale_py
+    from ale_py.vector_env import AtariVectorEnv
+    from gymnasium.wrappers import AtariPreprocessing
+
+    gym.register_envs(ale_py)
+    vector = AtariVectorEnv("pong", 1, num_threads=1, repeat_action_probability=0.0, noop_max=1,
+                            use_fire_reset=False, reward_clipping=False)
+    single = AtariPreprocessing(gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0), noop_max=0)
+    try:
+        stacked, _ = vector.reset(seed=0)
+        frame, _ = single.reset(seed=0)
+        assert np.array_equal(stacked[0, -1], frame)
+        for _ in range(60):
+            stacked, *_ = vector.step(np.array([action]))
+            frame, *_ = single.step(action)
+            assert np.array_equal(stacked[0, -1], frame)
+    finally:
+        vector.close()
+        single.close()
