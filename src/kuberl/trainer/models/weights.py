@@ -16,7 +16,8 @@ def state_dict_to_numpy(module: nn.Module) -> dict[str, np.ndarray]:
 
 
 def load_weights(module: nn.Module, weights: dict[str, np.ndarray]) -> None:
-    """Load numpy weights; copies, since arrays from Ray's object store are read-only."""
+    """Load numpy weights; copies, since arrays from Ray's object store are read-only. (Into the module's own
+    tensors, so each keeps its memory layout: conv weights stay channels-last.)"""
     module.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
 
