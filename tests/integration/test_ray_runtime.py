@@ -64,11 +64,7 @@ from kuberl.trainer.distributed.ray_runtime import init_ray
 @ray.remote(max_concurrency=8)
 class Busy:
     def malloc(self):
-        class MallInfo2(ctypes.Structure):
-            _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = MallInfo2
         libc.fopen.restype = ctypes.c_void_p
         libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
         libc.fclose.argtypes = [ctypes.c_void_p]
@@ -85,9 +81,11 @@ class Busy:
             arenas = open(f.name).read().count("<heap nr=")
         big = bytearray(8 << 20)  # freed: glibc's default raises its mmap threshold to 8 MiB
         del big
-        mapped = libc.mallinfo2().hblks
         block = bytearray(1 << 20)
-        mapped = libc.mallinfo2().hblks - mapped
+        # glibc marks a chunk it mapped on its own with IS_MMAPPED (0x2) in the size word before it. (Counting
+        # mallinfo2().hblks around the allocation races with the actor's other threads.)
+        address = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
+        mapped = int(bool(ctypes.c_size_t.from_address(address - ctypes.sizeof(ctypes.c_size_t)).value & 2))
         del block
         return arenas, len(os.listdir("/proc/self/task")), mapped
 
