@@ -5,6 +5,7 @@ that survives the server being stopped mid-run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,9 +37,9 @@ def manifest(tmp_path: Path, name: str, iterations: int, uri: str, stop: dict | 
     return str(path)
 
 
-def train(tmp_path: Path, path: str) -> subprocess.Popen:
+def train(tmp_path: Path, path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kuberl.cli", "train", "-f", path], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
 def finished(process: subprocess.Popen) -> tuple[int, str, str]:
@@ -93,8 +94,10 @@ def test_training_survives_the_server_stopping_mid_run(tmp_path: Path) -> None:
     server = MLflowServer(tmp_path / "mlflow")
     server.start()
     try:
-        # Long enough in training time that the server goes away mid-run, however busy the machine.
-        process = train(tmp_path, manifest(tmp_path, "orphan", 0, server.uri, stop={"timeSeconds": 40}))
+        # Long enough in training time that the server goes away mid-run, however busy the machine; what is
+        # queued for the dead server at the end waits 5 s, not the default 60.
+        process = train(tmp_path, manifest(tmp_path, "orphan", 0, server.uri, stop={"timeSeconds": 20}),
+                        {"KUBERL_MLFLOW_CLOSE_SECONDS": "5"})
         run_dir = tmp_path / "kuberl-runs" / "orphan"
         client = MlflowClient(server.uri)
         deadline = time.monotonic() + 180

@@ -38,7 +38,7 @@ def assert_results_monotonic(store: S3Store) -> list[dict]:
 
 def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, tmp_path: Path) -> None:
     path = tmp_path / "exp.yaml"
-    path.write_text(manifest("outage", s3_bucket, s3.endpoint, "{timeSeconds: 40}", every=2))
+    path.write_text(manifest("outage", s3_bucket, s3.endpoint, "{timeSeconds: 25}", every=2))
     store = S3Store(f"s3://{s3_bucket}/runs/outage", endpoint=s3.endpoint)
     trainer = Trainer(path, s3.env())
     try:
@@ -46,7 +46,7 @@ def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, t
         before = latest_checkpoint(store).iteration
         s3.stop()
         seen_at_stop = trainer.iterations_seen()
-        time.sleep(30)  # the store is unreachable for 30 s
+        time.sleep(12)  # the store is unreachable for 12 s
         assert trainer.proc.poll() is None, trainer.output()
         assert trainer.iterations_seen() > seen_at_stop + 2, "training stalled during the outage"
         s3.start()

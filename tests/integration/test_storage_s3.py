@@ -180,7 +180,7 @@ def test_results_and_traces_round_trip(store: S3Store) -> None:
 
 def test_writer_survives_an_outage_of_the_store(s3: S3Server, store: S3Store) -> None:
     """The store is unreachable for a while mid-run; the next checkpoint lands once it is back."""
-    outage_seconds = 30.0
+    outage_seconds = 10.0
     fast_fail = S3Store(store.uri, endpoint=s3.endpoint, max_attempts=2, connect_timeout=1, read_timeout=5)
     writer = CheckpointWriter(fast_fail, keep=3, attempt=0, max_backoff_seconds=2.0)
     run = RunStorage(fast_fail, flush_seconds=0.1)

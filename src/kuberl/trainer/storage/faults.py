@@ -76,13 +76,18 @@ def classify(error: BaseException) -> Fault:
     return "permanent"
 
 
+def env_seconds(name: str, default: float) -> float:
+    """A duration from the environment variable `name` (seconds, at least 0); `default` if unset or not a number."""
+    raw = os.environ.get(name, "")
+    try:
+        return max(0.0, float(raw)) if raw.strip() else default
+    except ValueError:
+        return default
+
+
 def retry_seconds() -> float:
     """How long transient errors at start are retried (KUBERL_STORAGE_RETRY_SECONDS, default 120)."""
-    raw = os.environ.get(RETRY_SECONDS_ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw.strip() else DEFAULT_RETRY_SECONDS
-    except ValueError:
-        return DEFAULT_RETRY_SECONDS
+    return env_seconds(RETRY_SECONDS_ENV, DEFAULT_RETRY_SECONDS)
 
 
 def retry_transient(operation: Callable[[], T], what: str, *, seconds: float | None = None,

@@ -24,6 +24,7 @@ from typing import Any
 
 from kuberl.trainer.storage.background import BackgroundWriter
 from kuberl.trainer.storage.base import NotFound, ObjectStore
+from kuberl.trainer.storage.faults import env_seconds
 from kuberl.trainer.tracking.scalars import result_scalars
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,9 @@ RUN_ID_KEY = "tracking/mlflow.json"
 HTTP_TIMEOUT_SECONDS = "10"
 MAX_PARAM_LENGTH = 6000
 MAX_QUEUED = 5000
-CLOSE_SECONDS = 60.0  # what is queued at the end may wait this long for a slow server
+# What is queued at the end may wait this long for a slow or unreachable server.
+CLOSE_SECONDS_ENV = "KUBERL_MLFLOW_CLOSE_SECONDS"
+DEFAULT_CLOSE_SECONDS = 60.0
 # Errors no retry fixes: the server refuses us, or what we send.
 REFUSED = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
 
@@ -82,7 +85,7 @@ class MLflowSink:
                             self._guarded(lambda: self._log_metrics(scalars, step, stamp)))
 
     def close(self) -> None:
-        self._worker.close(timeout=CLOSE_SECONDS)
+        self._worker.close(timeout=env_seconds(CLOSE_SECONDS_ENV, DEFAULT_CLOSE_SECONDS))
         log.info("MLflow: %d calls in %.2fs", self.calls, self.call_seconds)
 
     def finish(self, status: str, artifacts: Callable[[Path], None] | None = None) -> None:
