@@ -24,7 +24,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.sampling.atari import FRAME_SKIP, FRAME_STACK, GAME_LENGTH, GAME_RETURN, NOOP_MAX, SCREEN_SIZE
+from kuberl.trainer.sampling.atari import (
+    FRAME_SKIP,
+    FRAME_STACK,
+    GAME_LENGTH,
+    GAME_RETURN,
+    NOOP_MAX,
+    SCREEN_SIZE,
+)
 
 # ALE env kwargs (`spec.env.config` and the registered defaults) the vector env takes as they are.
 VECTOR_KWARGS = frozenset({"game", "repeat_action_probability", "full_action_space", "max_num_frames_per_episode"})
