@@ -41,14 +41,17 @@ class ScriptRun:
         return f"{what} stopped at the deadline" if self.stopped else f"{what} exited {self.returncode}: {self.stderr}"
 
 
-def run_script(python: Path, script: str, args: list[str], deadline_seconds: float) -> ScriptRun:
+def run_script(python: Path, script: str, args: list[str], deadline_seconds: float,
+               cpus: set[int] | None = None) -> ScriptRun:
+    """Run `script` with `python`; `cpus` pins it (and every process it starts) to those cores."""
     with tempfile.NamedTemporaryFile("w", suffix="_rllib.py", delete=False) as file:
         file.write(script)
     run = ScriptRun()
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
     try:
         with tempfile.TemporaryFile("w+") as stderr_file:
             proc = subprocess.Popen([str(python), file.name, *args], stdout=subprocess.PIPE, stderr=stderr_file,
-                                    text=True, cwd=tempfile.gettempdir(), start_new_session=True)
+                                    text=True, cwd=tempfile.gettempdir(), start_new_session=True, preexec_fn=pin)
             watchdog = threading.Timer(deadline_seconds, lambda: os.killpg(proc.pid, signal.SIGKILL))
             watchdog.start()
             try:

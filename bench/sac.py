@@ -7,6 +7,12 @@ ratios kuberl / RLlib.
     .venv/bin/python -m bench.sac --rllib --timesteps 5000       # a smoke run
     .venv/bin/python -m bench.sac --pendulum-seeds 1,2,3 --timesteps 0   # kuberl only: Pendulum-v1 to -250
     .venv/bin/python -m bench.sac --pendulum-seeds 1 --timesteps 0 --shards 2   # the same on 2 replay shards
+    .venv/bin/python -m bench.sac --side-by-side --workers 0 --rllib-deadline 3600   # both at once, a core each
+
+--side-by-side runs kuberl pinned to one core and RLlib pinned to the other at the same time (on this 2-core
+machine 300k steps of either take about an hour or more, too long to run one after the other in a session).
+When RLlib is stopped at its deadline short of --timesteps, both are compared at the env steps RLlib reached:
+kuberl's wall time to those steps and its return mean there, from its per-iteration curve.
 
 --pendulum-seeds runs the learning test's settings (tests/integration/test_sac.py: in-process, 64x64 nets,
 replay ratio 0.25) to a 100-episode return mean of -250 and prints wall and CPU seconds per seed. --shards N
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -74,6 +82,7 @@ ray.shutdown()
 
 
 def kuberl(timesteps: int, seed: int, workers: int, envs: int, learning_starts: int, shards: int = 0) -> dict[str, Any]:
+    """kuberl SAC to `timesteps`; `curve` holds [seconds, env steps, return mean] after each iteration."""
     from kuberl.trainer.algorithms.sac import SACConfig
 
     started = time.perf_counter()
@@ -83,23 +92,71 @@ def kuberl(timesteps: int, seed: int, workers: int, envs: int, learning_starts: 
             .debugging(seed=seed).build())
     startup = time.perf_counter() - started
     t0 = time.perf_counter()
+    curve: list[list[Any]] = []
     try:
         result = algo.train()
+        curve.append([time.perf_counter() - t0, result["timesteps"], result["episodeReturnMean"]])
         while result["timesteps"] < timesteps:
             result = algo.train()
+            curve.append([time.perf_counter() - t0, result["timesteps"], result["episodeReturnMean"]])
     finally:
         algo.stop()
     return {"timeSeconds": time.perf_counter() - t0, "timesteps": result["timesteps"],
             "episodes": result["episodes"], "episodeReturnMean": result["episodeReturnMean"],
-            "updates": result["learner"]["updates"], "startupSeconds": startup}
+            "updates": result["learner"]["updates"], "startupSeconds": startup, "curve": curve}
+
+
+def at_steps(curve: list[list[Any]], steps: int) -> dict[str, Any] | None:
+    """kuberl's first curve point at or past `steps` env steps: its seconds and return mean there."""
+    for seconds, reached, mean in curve:
+        if reached >= steps:
+            return {"timeSeconds": seconds, "timesteps": reached, "episodeReturnMean": mean}
+    return None
+
+
+def side_by_side(args: argparse.Namespace) -> dict[str, Any]:
+    """kuberl pinned to one core while RLlib runs pinned to another, both to --timesteps."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--side-by-side needs two cores")
+    os.sched_setaffinity(0, {cores[0]})  # this process (kuberl, workers: 0); RLlib's child is moved to cores[1]
+    theirs: dict[str, Any] = {}
+
+    def run_rllib() -> None:
+        theirs.update(rllib(args.rllib_python, args.timesteps, args.seed, args.workers, args.envs_per_worker,
+                            args.learning_starts, args.rllib_deadline, cpus={cores[1]}))
+
+    thread = threading.Thread(target=run_rllib)
+    thread.start()
+    ours = kuberl(args.timesteps, args.seed, args.workers, args.envs_per_worker, args.learning_starts)
+    print(_line(f"kuberl SAC (core {cores[0]})", ours), flush=True)
+    thread.join()
+    report: dict[str, Any] = {"kuberl": ours, "rllib": theirs, "cores": cores[:2]}
+    if "error" not in theirs:
+        print(_line(f"RLlib SAC (core {cores[1]})", theirs), flush=True)
+        print(f"wall time, kuberl / RLlib: {ratio(ours['timeSeconds'], theirs['timeSeconds'])}; "
+              f"return mean, kuberl / RLlib: {ratio(ours['episodeReturnMean'], theirs['episodeReturnMean'])}",
+              flush=True)
+        return report
+    last = theirs.get("lastProgress")
+    print(f"RLlib SAC (core {cores[1]}): {theirs['error']}", flush=True)
+    if last and last.get("timesteps"):
+        same = at_steps(ours["curve"], int(last["timesteps"]))
+        report["atRLlibSteps"] = same
+        print(f"RLlib SAC reached {last['timesteps']:,} env steps in {last['timeSeconds']:.1f} s, 100-episode return "
+              f"mean {last['episodeReturnMean']}; kuberl at {same['timesteps']:,} env steps: "
+              f"{same['timeSeconds']:.1f} s, return mean {same['episodeReturnMean']}; wall time to those steps, "
+              f"kuberl / RLlib: {ratio(same['timeSeconds'], last['timeSeconds'])}" if same else
+              f"RLlib SAC reached {last['timesteps']:,} env steps, beyond kuberl's run", flush=True)
+    return report
 
 
 def rllib(python: Path, timesteps: int, seed: int, workers: int, envs: int, learning_starts: int,
-          deadline: float) -> dict[str, Any]:
+          deadline: float, cpus: set[int] | None = None) -> dict[str, Any]:
     if not python.exists():
         return {"error": f"{python} not found: run `make bench-deps` first"}
     args = [ENV, str(timesteps), str(seed), str(workers), str(envs), str(learning_starts), str(BATCH)]
-    run = run_script(python, RLLIB_SCRIPT, args, deadline)
+    run = run_script(python, RLLIB_SCRIPT, args, deadline, cpus)
     final = [line for line in run.lines if line.get("done")]
     if final:
         return final[-1]
@@ -148,9 +205,16 @@ def main() -> int:
     parser.add_argument("--pendulum-seeds", default="", help="also: kuberl SAC on Pendulum-v1 to -250, these seeds")
     parser.add_argument("--shards", type=int, default=0, help="kuberl SAC's replay in this many replay shards")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="kuberl and RLlib at the same time, each pinned to one core (see above)")
     args = parser.parse_args()
 
     report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers, "shards": args.shards}
+    if args.side_by_side:
+        report.update(side_by_side(args))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return 0
     pendulum = []
     for seed in (int(s) for s in args.pendulum_seeds.split(",") if s):
         run = pendulum_to_target(seed, shards=args.shards)
