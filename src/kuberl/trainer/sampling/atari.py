@@ -91,6 +91,11 @@ def is_atari(env: gym.Env) -> bool:
     return hasattr(env.unwrapped, "ale")
 
 
+def is_ale_spec(registered: gym.envs.registration.EnvSpec) -> bool:
+    """The registered id is one of ALE's (its entry point is in ale_py)."""
+    return str(registered.entry_point).startswith("ale_py")
+
+
 def has_fire(env: gym.Env) -> bool:
     meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
     return len(meanings) >= 3 and meanings[1] == "FIRE"

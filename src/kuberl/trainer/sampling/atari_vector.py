@@ -40,9 +40,8 @@ VECTOR_KWARGS = frozenset({"game", "repeat_action_probability", "full_action_spa
 def vector_kwargs(registered: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
     """AtariVectorEnv's arguments for a registered ALE id and the user's env.config, or None when it
     cannot express them (then the single-env wrappers are used)."""
-    if set(config) - VECTOR_KWARGS:
-        return None
-    kwargs = {k: v for k, v in {**registered, **config}.items() if k != "frameskip"}
+    # The registered frameskip is replaced by the preset's own; one in config is refused by the single-env path.
+    kwargs = {**{k: v for k, v in registered.items() if k != "frameskip"}, **config}
     if set(kwargs) - VECTOR_KWARGS or "game" not in kwargs:
         return None
     return kwargs

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.sampling.atari import atari_preset, is_atari
+from kuberl.trainer.sampling.atari import atari_preset, is_ale_spec, is_atari
 from kuberl.trainer.sampling.atari_vector import make_atari_vector
 from kuberl.trainer.sampling.env_ids import (
     EnvNotFound,
@@ -57,7 +57,7 @@ def _make_base(settings: EnvSettings) -> gym.Env:
         return import_env_class(settings.id)(**config)
     registered = gym_spec(settings.id)
     if settings.preprocessing == "atari":
-        if not str(registered.entry_point).startswith("ale_py"):
+        if not is_ale_spec(registered):
             raise PreprocessingError(f"preprocessing atari needs an ALE env (such as ALE/Pong-v5), not {settings.id!r}")
         if "frameskip" in config:
             raise PreprocessingError("preprocessing atari skips 4 frames itself; leave frameskip out of spec.env.config")
@@ -124,7 +124,7 @@ def make_vector_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None
     settings = env_id if isinstance(env_id, EnvSettings) else EnvSettings(env_id, dict(env_config or {}))
     if settings.preprocessing == "atari" and not settings.wrappers and parse_env_id(settings.id).kind != "class":
         registered = gym_spec(settings.id)
-        if str(registered.entry_point).startswith("ale_py"):
+        if is_ale_spec(registered):
             atari = make_atari_vector(registered, settings.config, num_envs)
             if atari is not None:
                 return atari
