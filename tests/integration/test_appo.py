@@ -10,6 +10,7 @@ import pytest
 
 from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.impala import IMPALAConfig
+from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.sampling.policies import PolicyHeadFactory
@@ -87,6 +88,19 @@ def test_a_killed_rollout_worker_is_replaced_and_training_goes_on() -> None:
         algo.stop()
 
 
+def _wait_until_dead(actor, seconds: float = 60) -> None:
+    import ray
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=10)
+        except actor_died_errors():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} still answers {seconds} s after ray.kill")
+
+
 def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> None:
     import ray
 
@@ -111,6 +125,8 @@ def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> 
         assert {b.policy_version for b in queue.queue} == {1}
         for actor in list(queue.actors):
             ray.kill(actor, no_restart=True)
+        for actor in list(queue.actors):  # ray.kill is asynchronous: a call sent before the actor dies still runs
+            _wait_until_dead(actor)
         taken = queue.take(len(queue.queue))
         assert len(taken) >= 3
         arrived: list = []
