@@ -19,6 +19,7 @@ from kuberl.trainer.models.encoders import (
     conv_output_shape,
     is_image_space,
 )
+from kuberl.trainer.models.policy_value import PolicyValueNet
 from kuberl.trainer.models.q_network import build_q_network
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.policies import (
@@ -73,6 +74,23 @@ def test_ppo_actor_critic_shares_the_encoder_for_images_only():
     assert not encoder_ids & {id(p) for p in model.critic.parameters()}  # the critic is a head on the encoder
     vector = ActorCritic(VECTOR, ACTIONS, [16], "tanh")
     assert not vector.shared
+
+
+def test_impala_value_head_sits_on_the_policy_encoder_for_images_only():
+    spec = EncoderSpec(conv=((8, 8, 4),), conv_hidden=(16,))
+    model = PolicyValueNet(FRAMES, ACTIONS, spec)
+    assert model.shared and model.critic_encoder is None
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    inputs, values = model.evaluate(obs)
+    assert torch.allclose(inputs, model.policy(obs)) and torch.allclose(values, model.value(obs))
+    values.sum().backward()  # the value loss trains the shared encoder
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.policy.encoder.parameters())
+    assert [len(group) for group in model.clip_groups()] == [len(list(model.parameters()))]  # one global norm
+    vector = PolicyValueNet(VECTOR, ACTIONS, EncoderSpec(hidden=(16,)))
+    assert not vector.shared and vector.critic_encoder is not None
+    policy, critic = vector.clip_groups()
+    assert {id(p) for p in policy} == {id(p) for p in vector.policy.parameters()}
+    assert not {id(p) for p in policy} & {id(p) for p in critic}
 
 
 def test_worker_policies_pick_torch_for_images_and_numpy_for_vectors_and_match_the_learner():

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from kuberl.api.validation import ManifestError
 from kuberl.trainer.algorithms.appo import APPO, APPOConfig
 from kuberl.trainer.algorithms.config import config_class_for
 from kuberl.trainer.algorithms.impala import IMPALA, IMPALAConfig
+from kuberl.trainer.learning.vtrace import bootstrap_rows
 
 
 def _config(cls=APPOConfig, env: str = "CartPole-v1", **training):
@@ -76,6 +78,35 @@ def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> 
         assert fresh.train()["learner"]["updatesTotal"] > updates
     finally:
         fresh.stop()
+
+
+@pytest.mark.parametrize(("env", "env_config", "reset_rows"), [
+    ("CartPole-v1", {"max_episode_steps": 12}, True),  # most episodes truncated, some terminated; reset rows
+    # the shared encoder, on a frame stack that resets in the step that ends an episode
+    ("kuberl_testing.image_envs:StackedBeacon", {"size": 42, "mistakes": 6, "max_steps": 8}, False),
+])
+def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, reset_rows) -> None:
+    algo = (IMPALAConfig().environment(env, env_config=env_config).rollouts(workers=0, envs_per_worker=4,
+                                                                            fragment_length=32)
+            .training(train_batch_size=256).debugging(seed=3).build())
+    try:
+        fragments = []
+        while not fragments:
+            algo.sampler.poll(timeout=1.0)
+            fragments = algo.sampler.take(algo.fragments_per_batch)
+        d = algo.train_batch(fragments).tensors
+        _inputs, _logp, _entropy, values, next_values = algo.evaluate_batch(d)
+        with torch.no_grad():
+            full = algo.model.value(d["next_obs"].flatten(0, 1)).view_as(values)
+    finally:
+        algo.stop()
+    bootstraps = d["valid"] & ~d["terminateds"]
+    torch.testing.assert_close(next_values[bootstraps], full[bootstraps], rtol=1e-4, atol=1e-5)
+    assert (next_values[~bootstraps] == 0).all()
+    reuse, compute = bootstrap_rows(d["terminateds"], d["terminateds"] | d["truncateds"] | ~d["valid"], d["valid"])
+    assert d["truncateds"].any() and d["terminateds"].any() and (not d["valid"].all()) == reset_rows
+    assert reuse.sum() > 0.8 * d["valid"].sum()  # most rows need no pass of their own
+    assert compute[:-1].any()  # truncated steps bootstrap from their final observation
 
 
 @pytest.mark.parametrize(("field", "value"), [("clipParam", -0.1), ("rhoBar", 0), ("learnerQueueSize", 0),

@@ -31,7 +31,7 @@ from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
 from kuberl.trainer.learning.device import to_device
-from kuberl.trainer.learning.vtrace import VTraceReturns, vtrace
+from kuberl.trainer.learning.vtrace import VTraceReturns, bootstrap_rows, next_values_from, vtrace
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.policy_value import PolicyValueNet
@@ -188,15 +188,15 @@ class IMPALA(Algorithm):
     def evaluate_batch(self, d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The distribution inputs, log pi(a|s), entropy, V(s) and V(next_obs) of the current model."""
         T, B = d["rewards"].shape
-        obs = d["obs"].flatten(0, 1)
-        inputs = self.model.policy(obs)
-        actions = d["actions"].flatten(0, 1)
-        logp, entropy = self.model.policy.log_prob_entropy(inputs, actions)
-        values = self.model.value(obs).view(T, B)
+        inputs, values = self.model.evaluate(d["obs"].flatten(0, 1))
+        logp, entropy = self.model.policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
+        values = values.view(T, B)
         with torch.no_grad():
-            next_values = self.model.value(d["next_obs"].flatten(0, 1)).view(T, B)
-        logp, entropy = logp.view(T, B), entropy.view(T, B)
-        return inputs, logp, entropy, values, next_values
+            dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
+            reuse, compute = bootstrap_rows(d["terminateds"], dones, d["valid"])
+            computed = self.model.value(d["next_obs"][compute]) if compute.any() else None
+            next_values = next_values_from(values.detach(), reuse, computed, compute)
+        return inputs, logp.view(T, B), entropy.view(T, B), values, next_values
 
     def targets(self, target_logp: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
                 d: dict[str, torch.Tensor]) -> VTraceReturns:
@@ -220,9 +220,8 @@ class IMPALA(Algorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         if p.grad_clip is not None:
-            nn.utils.clip_grad_norm_(list(self.model.policy.parameters()), p.grad_clip, foreach=True)
-            critic = [*self.model.critic_encoder.parameters(), *self.model.critic_out.parameters()]
-            nn.utils.clip_grad_norm_(critic, p.grad_clip, foreach=True)
+            for group in self.model.clip_groups():
+                nn.utils.clip_grad_norm_(group, p.grad_clip, foreach=True)
         self.optimizer.step()
         self.updates += 1
         self.after_update()

@@ -1,8 +1,10 @@
 """IMPALA's and APPO's network: a policy head and a value head, each on an encoder from the models factory.
 
 Discrete actions get Categorical logits; Box actions a Gaussian with a state-independent log-std (the
-env clips what it is given). The actor and the critic have separate encoders: steadier on small control
-tasks, and the global-norm gradient clip then never lets the value loss shrink the policy's step.
+env clips what it is given). On vectors the actor and the critic have separate encoders: steadier on small
+control tasks, and clipping each one's gradient norm on its own never lets the value loss shrink the policy's
+step. On images the value head sits on the policy's conv encoder, as in the IMPALA paper (and PPO's model
+here): one encoder pass gives both heads, which halves the learner's work.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from kuberl.trainer.models.actor_critic import log_prob_entropy
-from kuberl.trainer.models.encoders import EncoderSpec, build_encoder
+from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space
 from kuberl.trainer.models.mlp import layer
 
 
@@ -61,8 +63,25 @@ class PolicyValueNet(nn.Module):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
         super().__init__()
         self.policy = PolicyHead(observation_space, action_space, encoder)
-        self.critic_encoder = build_encoder(observation_space, encoder)
-        self.critic_out = layer(self.critic_encoder.out_features, 1, 1.0)
+        self.shared = is_image_space(observation_space)
+        self.critic_encoder = None if self.shared else build_encoder(observation_space, encoder)
+        self.critic_out = layer(self.policy.encoder.out_features, 1, 1.0)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic_out(self.critic_encoder(obs)).squeeze(-1)
+        encoder = self.policy.encoder if self.shared else self.critic_encoder
+        return self.critic_out(encoder(obs)).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action distribution's inputs and V(s), with one encoder pass where the encoder is shared."""
+        if not self.shared:
+            return self.policy(obs), self.value(obs)
+        features = self.policy.encoder(obs)
+        return self.policy.out(features), self.critic_out(features).squeeze(-1)
+
+    def clip_groups(self) -> list[list[nn.Parameter]]:
+        """The parameter groups whose gradient norms are clipped one by one: actor and critic apart, or together
+        where they share the encoder."""
+        if self.shared:
+            return [list(self.parameters())]
+        critic = [*self.critic_encoder.parameters(), *self.critic_out.parameters()]
+        return [list(self.policy.parameters()), critic]
