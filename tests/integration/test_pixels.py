@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.dqn import DQNConfig
+from kuberl.trainer.algorithms.impala import IMPALAConfig
 from kuberl.trainer.algorithms.ppo import PPOConfig
 from kuberl.trainer.models.encoders import ConvEncoder
 
@@ -123,6 +125,27 @@ def test_a_conv_policy_learns_an_image_task_in_under_a_minute():
     started = time.perf_counter()
     try:
         assert isinstance(algo.model.actor.net[0], ConvEncoder)
+        best = 0.0
+        while time.perf_counter() - started < 60 and best < 7.0:
+            result = algo.train()
+            if result["episodes"] >= 50:
+                best = max(best, result["episodeReturnMean"])
+        assert best >= 7.0, f"a 100-episode mean of {best} after {time.perf_counter() - started:.0f} s"
+        assert algo.evaluate(episodes=10)["episodeReturnMean"] >= 7.0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("config_class", [APPOConfig, IMPALAConfig])
+def test_impala_and_appo_learn_the_image_task_on_one_shared_encoder(config_class):
+    config = (config_class().environment("kuberl_testing.pixel_env:PixelQuadrant-v0")
+              .rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, entropy_coeff=0.01, train_batch_size=128,
+                        model={"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}).debugging(seed=3))
+    algo = config.build()
+    started = time.perf_counter()
+    try:
+        assert algo.model.shared and isinstance(algo.model.policy.encoder, ConvEncoder)
         best = 0.0
         while time.perf_counter() - started < 60 and best < 7.0:
             result = algo.train()
