@@ -13,7 +13,9 @@ after another, so both sides see the same machine. An env step is one agent step
   runs free of the learner (replayRatio near 0, as in bench/apex_scaling.py), so env steps/s is what
   the actors sustain while the learner takes its share of the cores (learner updates/s beside it).
 - kuberl `ppo`: examples/pong-ppo.yaml with 2 workers (8 envs x 128 steps, 4 epochs of 256), CPU learner.
-- kuberl `appo`: its defaults with the Atari preset and the Nature CNN, 2 workers.
+- kuberl `appo`: examples/pong-appo.yaml (RLlib pong_appo.py's settings, the Nature CNN shared by the
+  policy and value heads) with 2 workers x 16 envs x 32 steps, CPU learner; `appo-defaults`: APPO's
+  defaults with the Atari preset (8 envs x 64 steps).
 - RLlib APPO and PPO: RLlib's own Atari setup and settings from its examples (pong_appo.py, atari_ppo.py;
   see rllib_runner.py), 2 env runners, CPU learner.
 
@@ -72,6 +74,10 @@ def ppo_config(seed: int) -> Any:
 
 
 def appo_config(seed: int) -> Any:
+    return manifest_config("pong-appo.yaml", f"config.seed={seed}")
+
+
+def appo_defaults_config(seed: int) -> Any:
     from kuberl.trainer.algorithms.appo import APPOConfig
 
     return APPOConfig().environment(ENV, preprocessing="atari").rollouts(workers=WORKERS).debugging(seed=seed)
@@ -183,6 +189,8 @@ def main() -> int:
         "kuberl apex-dqn": ("apex", lambda: measure(apex_config(args.apex_capacity, args.seed, args.apex_envs), args.seconds, 4_000, "updates")),
         "kuberl ppo": ("ppo", lambda: measure(ppo_config(args.seed), args.seconds)),
         "kuberl appo": ("appo", lambda: measure(appo_config(args.seed), args.seconds, 0, "updatesTotal")),
+        "kuberl appo, defaults": ("appo-defaults",
+                                  lambda: measure(appo_defaults_config(args.seed), args.seconds, 0, "updatesTotal")),
         "RLlib APPO": ("rllib-appo", lambda: rllib_window(args.rllib_python, RLLIB_APPO, args.seconds)),
         "RLlib PPO": ("rllib-ppo", lambda: rllib_window(args.rllib_python, RLLIB_PPO, args.seconds)),
     }

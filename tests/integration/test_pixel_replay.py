@@ -69,10 +69,10 @@ def test_dqn_from_pixels_end_to_end(tmp_path) -> None:
         assert algo.observation_space.shape == obs_shape and algo.observation_space.dtype == np.uint8
         assert result["learner"]["updates"] > 50
         _check_replay_figures(result, 5_000, algo.observation_space)
-        sample = algo.replay.sample(16)
+        sample = algo.local_replay.buffer.sample(16)
         assert sample["obs"].dtype == np.uint8 and sample["obs"].shape == (16, *obs_shape)  # what the learner gets
         assert sample["next_obs"].dtype == np.uint8
-        assert len(algo.replay) == algo.timesteps  # nothing lost: the frame ring holds every transition
+        assert len(algo.local_replay.buffer) == algo.timesteps  # nothing lost: the frame ring holds every transition
     except BaseException:
         algo.stop()
         raise

@@ -57,6 +57,7 @@ def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
     assert result["learner"]["updates"] > 0
     assert result["replay"]["shard_0"]["size"] == result["timesteps"]
     uri = algo.save(tmp_path)
+    credit = algo.local_replay.update_credit
     obs = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
     expected = [algo.compute_single_action(o) for o in obs]
     algo.stop()
@@ -66,6 +67,7 @@ def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
     assert fresh.timesteps == result["timesteps"]
     assert fresh.learner.updates == result["learner"]["updates"]
     assert fresh.epsilon() == pytest.approx(algo.epsilon())
+    assert 0 < credit < 1 and fresh.local_replay.update_credit == credit  # the replay ratio's fraction owed
     fresh.stop()
 
 

@@ -24,7 +24,7 @@ EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
 CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "pendulum-sac.yaml", "custom-env.yaml", "minio.yaml",
-                 "pong-apex.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
+                 "pong-apex.yaml", "pong-appo.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
                  "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
 
 
@@ -81,14 +81,16 @@ def test_apex_example_trains_on_a_gpu_that_a_pod_provides():
     assert spec.workers.replicas >= 1 and spec.rollouts.workers >= 2
 
 
-def test_pong_apex_example_has_a_gpu_learner_head_and_cpu_worker_pods():
-    spec = load_manifest((EXAMPLES / "pong-apex.yaml").read_text()).spec
-    assert spec.algorithm == "apex-dqn" and spec.env.id == "ALE/Pong-v5" and spec.env.preprocessing == "atari"
+@pytest.mark.parametrize(("name", "algorithm"), [("pong-apex.yaml", "apex-dqn"), ("pong-appo.yaml", "appo")])
+def test_pong_cluster_examples_have_a_gpu_learner_head_and_cpu_worker_pods(name, algorithm):
+    spec = load_manifest((EXAMPLES / name).read_text()).spec
+    assert spec.algorithm == algorithm and spec.env.id == "ALE/Pong-v5" and spec.env.preprocessing == "atari"
     assert spec.learner.gpus == 1 and spec.head.gpus == 1 and spec.image.endswith("-cuda")
     assert spec.workers.replicas >= 1 and spec.workers.gpus == 0 and spec.rollouts.workers >= spec.workers.replicas
 
 
 @pytest.mark.parametrize(("name", "observation_shape"), [("pong-apex.yaml", (4, 84, 84)),
+                                                         ("pong-appo.yaml", (4, 84, 84)),
                                                          ("pong-ppo.yaml", (4, 84, 84)),
                                                          ("halfcheetah-ppo.yaml", (17,))])
 def test_pixel_and_mujoco_examples_build_their_envs(name, observation_shape):

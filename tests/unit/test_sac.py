@@ -213,12 +213,14 @@ def test_sac_trains_in_process_and_restores_to_the_same_policy(tmp_path) -> None
         exported = algo.policy_module()(torch.as_tensor(obs)).numpy()
     np.testing.assert_allclose(exported, greedy, rtol=1e-6)
     uri = algo.save(tmp_path)
+    credit = algo.local_replay.update_credit
     algo.stop()
 
     fresh = _config().build()
     fresh.restore(uri)
     np.testing.assert_array_equal(fresh.compute_actions(obs), greedy)
     assert fresh.timesteps == 400 and fresh.learner.updates == 300
+    assert fresh.local_replay.update_credit == credit
     assert fresh.train()["timesteps"] == 500
     fresh.stop()
 

@@ -135,7 +135,8 @@ class ApexDQNParams(ShardReplayParams, DQNParams):
 class IMPALAParams(CommonParams):
     lr: float = Field(1e-3, gt=0, le=1.0)
     grad_clip: float | None = Field(
-        40.0, gt=0, description="Global-norm clip, applied to the policy's and the critic's gradients separately."
+        40.0, gt=0, description="Global-norm clip of the policy's and the critic's gradients, each on its own; "
+        "together where they share the conv encoder (image observations)."
     )
     vf_coeff: float = Field(0.5, ge=0)
     entropy_coeff: float = Field(0.01, ge=0)

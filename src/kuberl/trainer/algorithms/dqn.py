@@ -161,7 +161,6 @@ class DQN(Algorithm):
         self.learner = QLearner(build_q_network(self.observation_space, self.action_space, params), params, self.device,
                                 bf16=self.spec.learner.bf16)
         self.local_replay = LocalReplay(self.spec, params, self.observation_space, self.frame_stack)
-        self.replay = self.local_replay.buffer
         self.workers = WorkerSet(self.worker_config(), QPolicyFactory.from_params(params), self.spec.rollouts.workers)
         self.sync_weights()
 
@@ -204,12 +203,12 @@ class DQN(Algorithm):
 
     def learner_state(self) -> dict[str, bytes]:
         files = self.learner.state_files()
-        schedule = {"updateCredit": self.local_replay.update_credit, "epsilon": self.epsilon()}
+        schedule = {**self.local_replay.schedule(), "epsilon": self.epsilon()}
         files[SCHEDULE_FILE] = json.dumps(schedule).encode()
         return files
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
         self.learner.load_state_files(files)
         if SCHEDULE_FILE in files:
-            self.local_replay.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
+            self.local_replay.restore_schedule(json.loads(files[SCHEDULE_FILE]))
 

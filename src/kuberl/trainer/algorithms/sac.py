@@ -245,7 +245,6 @@ class SAC(Algorithm):
         self.learner = build_sac_learner(self.observation_space, self.action_space, params, self.device,
                                          bf16=self.spec.learner.bf16)
         self.local_replay = LocalReplay(self.spec, params, self.observation_space, self.frame_stack)
-        self.replay = self.local_replay.buffer
         encoder = EncoderSpec.from_params(params)
         self.workers = WorkerSet(self.worker_config(), SACPolicyFactory(encoder), self.spec.rollouts.workers)
         self.sync_weights()
@@ -276,13 +275,13 @@ class SAC(Algorithm):
 
     def learner_state(self) -> dict[str, bytes]:
         files = self.learner.state_files()
-        files[SCHEDULE_FILE] = json.dumps({"updateCredit": self.local_replay.update_credit}).encode()
+        files[SCHEDULE_FILE] = json.dumps(self.local_replay.schedule()).encode()
         return files
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
         self.learner.load_state_files(files)
         if SCHEDULE_FILE in files:
-            self.local_replay.update_credit = float(json.loads(files[SCHEDULE_FILE])["updateCredit"])
+            self.local_replay.restore_schedule(json.loads(files[SCHEDULE_FILE]))
 
 
 class ShardedSAC(ShardedReplay):

@@ -66,6 +66,13 @@ class LocalReplay:
             self.buffer.update_priorities(sample["ids"], update(sample))
         return updates
 
+    def schedule(self) -> dict[str, float]:
+        """What a checkpoint keeps of the replay ratio's bookkeeping."""
+        return {"updateCredit": self.update_credit}
+
+    def restore_schedule(self, schedule: dict[str, Any]) -> None:
+        self.update_credit = float(schedule["updateCredit"])
+
     def stats(self) -> dict[str, Any]:
         return {
             "shard_0": self.buffer.stats(),
