@@ -90,11 +90,7 @@ def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, res
                                                                             fragment_length=32)
             .training(train_batch_size=256).debugging(seed=3).build())
     try:
-        fragments = []
-        while not fragments:
-            algo.sampler.poll(timeout=1.0)
-            fragments = algo.sampler.take(algo.fragments_per_batch)
-        d = algo.train_batch(fragments).tensors
+        d = _train_batch(algo)
         _inputs, _logp, _entropy, values, next_values = algo.evaluate_batch(d)
         with torch.no_grad():
             full = algo.model.value(d["next_obs"].flatten(0, 1)).view_as(values)
@@ -107,6 +103,40 @@ def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, res
     assert d["truncateds"].any() and d["terminateds"].any() and (not d["valid"].all()) == reset_rows
     assert reuse.sum() > 0.8 * d["valid"].sum()  # most rows need no pass of their own
     assert compute[:-1].any()  # truncated steps bootstrap from their final observation
+
+
+def _train_batch(algo) -> dict:
+    fragments = []
+    while not fragments:
+        algo.sampler.poll(timeout=1.0)
+        fragments = algo.sampler.take(algo.fragments_per_batch)
+    return algo.train_batch(fragments).tensors
+
+
+def _loss_with(algo, d: dict, target_is_current: bool):
+    algo.target_is_current = target_is_current
+    with torch.no_grad():
+        loss = algo.loss(d)
+    return torch.stack([loss.total, loss.policy])
+
+
+def test_appo_skips_the_target_policy_pass_only_right_after_a_sync() -> None:
+    algo = _config(target_update_interval=3, lr=0.01).build()
+    try:
+        d = _train_batch(algo)
+        flags = []
+        for _ in range(6):
+            algo.update(d)
+            flags.append(algo.target_is_current)
+        assert flags == [False, False, True, False, False, True] and algo.target_syncs == 2
+        # Right after a sync pi_target is pi: the shortcut gives what the target policy's own pass gives.
+        torch.testing.assert_close(_loss_with(algo, d, True), _loss_with(algo, d, False), rtol=0, atol=0)
+        algo.target_is_current = True
+        algo.update(d)  # one step past the sync: the two differ, so the flag is what keeps them apart
+        assert not algo.target_is_current
+        assert not torch.allclose(_loss_with(algo, d, True), _loss_with(algo, d, False))
+    finally:
+        algo.stop()
 
 
 @pytest.mark.parametrize(("field", "value"), [("clipParam", -0.1), ("rhoBar", 0), ("learnerQueueSize", 0),

@@ -55,14 +55,18 @@ class APPO(IMPALA):
         super().setup()
         self.target_policy = copy.deepcopy(self.model.policy).requires_grad_(False)
         self.target_syncs = 0
+        self.target_is_current = True  # no update since the last sync: pi_target is pi, bit for bit
 
     def loss(self, d: dict[str, torch.Tensor]) -> LossTerms:
         p = self.params
         inputs, logp, entropy, values, next_values = self.evaluate_batch(d)
-        with torch.no_grad():
-            target_inputs = self.target_policy(d["obs"].flatten(0, 1))
-            target_logp, _ = self.target_policy.log_prob_entropy(target_inputs, d["actions"].flatten(0, 1))
-            target_logp = target_logp.view_as(logp)
+        if self.target_is_current:  # the update right after a sync needs no pass of its own
+            target_logp = logp.detach()
+        else:
+            with torch.no_grad():
+                target_inputs = self.target_policy(d["obs"].flatten(0, 1))
+                target_logp, _ = self.target_policy.log_prob_entropy(target_inputs, d["actions"].flatten(0, 1))
+                target_logp = target_logp.view_as(logp)
         targets = self.targets(target_logp, values, next_values, d)
         mask = d["valid"].float()
         loss = appo_loss(logp, d["logp"], target_logp, entropy, values, targets, mask, clip_param=p.clip_param,
@@ -72,7 +76,8 @@ class APPO(IMPALA):
         return loss
 
     def after_update(self) -> None:
-        if self.updates % self.params.target_update_interval == 0:
+        self.target_is_current = self.updates % self.params.target_update_interval == 0
+        if self.target_is_current:
             self.target_policy.load_state_dict(self.model.policy.state_dict())
             self.target_syncs += 1
 
@@ -81,6 +86,7 @@ class APPO(IMPALA):
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
         super().load_learner_state(files)
+        self.target_is_current = TARGET_FILE not in files
         if TARGET_FILE in files:
             self.target_policy.load_state_dict(torch_load_bytes(files[TARGET_FILE], self.device))
         else:
