@@ -114,17 +114,14 @@ def test_dqn_conv_q_network_acts_on_uint8_frames():
         algo.stop()
 
 
-def test_a_conv_policy_learns_an_image_task_in_under_a_minute():
-    """PixelQuadrant-v0: name the quadrant of a square in a noisy 16x16 image; random scores 2 of 8."""
-    config = (PPOConfig().environment("kuberl_testing.pixel_env:PixelQuadrant-v0")
-              .rollouts(workers=0, envs_per_worker=8, fragment_length=16)
-              .training(lr=1e-3, gamma=0.5, minibatch_size=64, num_epochs=4, entropy_coeff=0.01,
-                        model={"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}).debugging(seed=3))
-    config.document["spec"]["stop"] = {"timeSeconds": 60}
-    algo = config.build()
+IMAGE_TASK = "kuberl_testing.pixel_env:PixelQuadrant-v0"
+SMALL_IMAGE_MODEL = {"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}
+
+
+def _learns_the_image_task_within_a_minute(algo) -> None:
+    """A 100-episode mean of 7 (of 8) within 60 s of training, and the greedy policy scores it too."""
     started = time.perf_counter()
     try:
-        assert isinstance(algo.model.actor.net[0], ConvEncoder)
         best = 0.0
         while time.perf_counter() - started < 60 and best < 7.0:
             result = algo.train()
@@ -134,24 +131,24 @@ def test_a_conv_policy_learns_an_image_task_in_under_a_minute():
         assert algo.evaluate(episodes=10)["episodeReturnMean"] >= 7.0
     finally:
         algo.stop()
+
+
+def test_a_conv_policy_learns_an_image_task_in_under_a_minute():
+    """PixelQuadrant-v0: name the quadrant of a square in a noisy 16x16 image; random scores 2 of 8."""
+    config = (PPOConfig().environment(IMAGE_TASK).rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, minibatch_size=64, num_epochs=4, entropy_coeff=0.01,
+                        model=SMALL_IMAGE_MODEL).debugging(seed=3))
+    config.document["spec"]["stop"] = {"timeSeconds": 60}
+    algo = config.build()
+    assert isinstance(algo.model.actor.net[0], ConvEncoder)
+    _learns_the_image_task_within_a_minute(algo)
 
 
 @pytest.mark.parametrize("config_class", [APPOConfig, IMPALAConfig])
 def test_impala_and_appo_learn_the_image_task_on_one_shared_encoder(config_class):
-    config = (config_class().environment("kuberl_testing.pixel_env:PixelQuadrant-v0")
-              .rollouts(workers=0, envs_per_worker=8, fragment_length=16)
-              .training(lr=1e-3, gamma=0.5, entropy_coeff=0.01, train_batch_size=128,
-                        model={"conv": [[16, 4, 2], [32, 3, 2]], "hidden": [64]}).debugging(seed=3))
+    config = (config_class().environment(IMAGE_TASK).rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, entropy_coeff=0.01, train_batch_size=128, model=SMALL_IMAGE_MODEL)
+              .debugging(seed=3))
     algo = config.build()
-    started = time.perf_counter()
-    try:
-        assert algo.model.shared and isinstance(algo.model.policy.encoder, ConvEncoder)
-        best = 0.0
-        while time.perf_counter() - started < 60 and best < 7.0:
-            result = algo.train()
-            if result["episodes"] >= 50:
-                best = max(best, result["episodeReturnMean"])
-        assert best >= 7.0, f"a 100-episode mean of {best} after {time.perf_counter() - started:.0f} s"
-        assert algo.evaluate(episodes=10)["episodeReturnMean"] >= 7.0
-    finally:
-        algo.stop()
+    assert algo.model.shared and isinstance(algo.model.policy.encoder, ConvEncoder)
+    _learns_the_image_task_within_a_minute(algo)
