@@ -137,3 +137,20 @@ def test_clipping_bounds_the_correction_of_a_far_off_policy_step() -> None:
     assert vtrace(mu, pi, *args, gamma=0.9, rho_bar=1.0).vs.item() == pytest.approx(1.0)
     assert vtrace(mu, pi, *args, gamma=0.9, rho_bar=None).vs.item() == pytest.approx(20.0)
     assert vtrace(mu, pi, *args, gamma=0.9, pg_rho_bar=2.0).pg_advantages.item() == pytest.approx(2.0)
+
+
+def test_bootstrap_rows_reuse_the_next_row_inside_an_episode_only() -> None:
+    from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
+
+    # env 0: a truncation at t=1, then a reset row (no transition) at t=2; env 1: a termination at t=0.
+    terminateds = torch.tensor([[False, True], [False, False], [False, False], [False, False]])
+    truncateds = torch.tensor([[False, False], [True, False], [False, False], [False, False]])
+    valid = torch.tensor([[True, True], [True, True], [False, True], [True, True]])
+    dones = terminateds | truncateds | ~valid
+    reuse, compute = bootstrap_rows(terminateds, dones, valid)
+    assert reuse.tolist() == [[True, False], [False, True], [False, True], [False, False]]
+    assert compute.tolist() == [[False, False], [True, False], [False, False], [True, True]]
+    values = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    computed = torch.tensor([30.0, 70.0, 80.0])  # V(next_obs) of the compute rows, in row-major order
+    next_values = next_values_from(values, reuse, computed, compute)
+    assert next_values.tolist() == [[3.0, 0.0], [30.0, 6.0], [0.0, 8.0], [70.0, 80.0]]
