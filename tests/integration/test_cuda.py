@@ -1,4 +1,4 @@
-"""The GPU learner, where a CUDA GPU is visible to torch: PPO, DQN and Ape-X train on CUDA with pinned
+"""The GPU learner, where a CUDA GPU is visible to torch: PPO, DQN, Ape-X and APPO train on CUDA with pinned
 host memory, observations stay uint8 until they are on the GPU, and checkpoints written on the GPU
 restore on the CPU and the reverse. These run on a machine with a GPU (`pytest -m cuda`)."""
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kuberl.trainer.algorithms.apex import ApexDQNConfig
+from kuberl.trainer.algorithms.appo import APPOConfig
 from kuberl.trainer.algorithms.dqn import DQNConfig
 from kuberl.trainer.algorithms.ppo import PPOConfig
 from kuberl.trainer.learning.device import to_device
@@ -80,6 +81,20 @@ def test_ppo_trains_under_bf16_autocast_when_asked():
         assert algo.spec.learner.bf16
         result = algo.train()
         assert np.isfinite(result["learner"]["policyLoss"])
+        assert all(p.dtype == torch.float32 for p in algo.model.parameters())  # weights stay float32
+    finally:
+        algo.stop()
+
+
+def test_appo_trains_on_cuda_under_bf16_autocast_when_asked():
+    config = (APPOConfig().environment(PIXELS).rollouts(workers=0, envs_per_worker=8, fragment_length=16)
+              .training(lr=1e-3, gamma=0.5, train_batch_size=128, model=SMALL_CONV).debugging(seed=4))
+    config.document["spec"]["learner"] = {"gpus": 1, "bf16": True}
+    algo = config.build()
+    try:
+        assert next(algo.model.parameters()).device.type == "cuda"
+        result = algo.train()
+        assert result["learner"]["updates"] > 0 and np.isfinite(result["learner"]["policyLoss"])
         assert all(p.dtype == torch.float32 for p in algo.model.parameters())  # weights stay float32
     finally:
         algo.stop()

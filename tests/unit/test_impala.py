@@ -14,8 +14,9 @@ from kuberl.trainer.algorithms.impala import IMPALA, IMPALAConfig
 from kuberl.trainer.learning.vtrace import bootstrap_rows
 
 
-def _config(cls=APPOConfig, env: str = "CartPole-v1", **training):
-    return (cls().environment(env).rollouts(workers=0, envs_per_worker=4, fragment_length=32)
+def _config(cls=APPOConfig, env: str = "CartPole-v1", env_config: dict | None = None, **training):
+    return (cls().environment(env, env_config=env_config or {}).rollouts(workers=0, envs_per_worker=4,
+                                                                        fragment_length=32)
             .training(min_iteration_seconds=0.2, train_batch_size=256, **training).debugging(seed=3))
 
 
@@ -135,6 +136,28 @@ def test_appo_skips_the_target_policy_pass_only_right_after_a_sync() -> None:
         algo.update(d)  # one step past the sync: the two differ, so the flag is what keeps them apart
         assert not algo.target_is_current
         assert not torch.allclose(_loss_with(algo, d, True), _loss_with(algo, d, False))
+    finally:
+        algo.stop()
+
+
+def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_float32() -> None:
+    algo = _config(env="kuberl_testing.image_envs:StackedBeacon", env_config={"size": 42, "max_steps": 8},
+                   target_update_interval=2, model={"conv": [[8, 8, 4]], "hidden": [16]}).build()
+    try:
+        # CUDA's bf16 autocast where there is no GPU: the same casts on the CPU.
+        algo.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+        seen: list[torch.dtype] = []
+        target_seen: list[torch.dtype] = []
+        algo.model.policy.encoder.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+        algo.target_policy.encoder.register_forward_hook(lambda _m, _i, out: target_seen.append(out.dtype))
+        d = _train_batch(algo)
+        _inputs, logp, entropy, values, next_values = algo.evaluate_batch(d)
+        assert {t.dtype for t in (logp, entropy, values, next_values)} == {torch.float32}
+        terms = [algo.update(d) for _ in range(3)]  # the second runs the target policy's own pass
+        assert all(np.isfinite(list(t.values())).all() for t in terms)
+        assert set(seen) == {torch.bfloat16} and len(seen) >= 4
+        assert target_seen == [torch.bfloat16]  # one update of the three was not right after a sync
+        assert all(p.dtype == torch.float32 for p in algo.model.parameters())  # weights stay float32
     finally:
         algo.stop()
 

@@ -64,8 +64,9 @@ class APPO(IMPALA):
             target_logp = logp.detach()
         else:
             with torch.no_grad():
-                target_inputs = self.target_policy(d["obs"].flatten(0, 1))
-                target_logp, _ = self.target_policy.log_prob_entropy(target_inputs, d["actions"].flatten(0, 1))
+                with self.autocast():
+                    target_inputs = self.target_policy(d["obs"].flatten(0, 1))
+                target_logp, _ = self.target_policy.log_prob_entropy(target_inputs.float(), d["actions"].flatten(0, 1))
                 target_logp = target_logp.view_as(logp)
         targets = self.targets(target_logp, values, next_values, d)
         mask = d["valid"].float()

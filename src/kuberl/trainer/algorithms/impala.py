@@ -30,7 +30,7 @@ from kuberl.api.hyperparams import IMPALAParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
-from kuberl.trainer.learning.device import to_device
+from kuberl.trainer.learning.device import learner_autocast, to_device
 from kuberl.trainer.learning.vtrace import VTraceReturns, bootstrap_rows, next_values_from, vtrace
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
@@ -185,16 +185,25 @@ class IMPALA(Algorithm):
         return TrainBatch(to_device(arrays, self.device), np.array([f.policy_version for f in fragments]))
 
     # -- the update ------------------------------------------------------------------------------
+    def autocast(self) -> Any:
+        """Where the learner's forward passes run: under bfloat16 autocast when `spec.learner.bf16` asks for it
+        (CUDA). What they give is cast back to float32 for the losses and V-trace."""
+        return learner_autocast(self.device, self.spec.learner.bf16)
+
     def evaluate_batch(self, d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The distribution inputs, log pi(a|s), entropy, V(s) and V(next_obs) of the current model."""
         T, B = d["rewards"].shape
-        inputs, values = self.model.evaluate(d["obs"].flatten(0, 1))
+        with self.autocast():
+            inputs, values = self.model.evaluate(d["obs"].flatten(0, 1))
+        inputs, values = inputs.float(), values.float().view(T, B)
         logp, entropy = self.model.policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
-        values = values.view(T, B)
         with torch.no_grad():
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
             reuse, compute = bootstrap_rows(d["terminateds"], dones, d["valid"])
-            computed = self.model.value(d["next_obs"][compute]) if compute.any() else None
+            computed = None
+            if compute.any():
+                with self.autocast():
+                    computed = self.model.value(d["next_obs"][compute]).float()
             next_values = next_values_from(values.detach(), reuse, computed, compute)
         return inputs, logp.view(T, B), entropy.view(T, B), values, next_values
 
