@@ -87,9 +87,7 @@ def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> 
     ("kuberl_testing.image_envs:StackedBeacon", {"size": 42, "mistakes": 6, "max_steps": 8}, False),
 ])
 def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, reset_rows) -> None:
-    algo = (IMPALAConfig().environment(env, env_config=env_config).rollouts(workers=0, envs_per_worker=4,
-                                                                            fragment_length=32)
-            .training(train_batch_size=256).debugging(seed=3).build())
+    algo = _config(IMPALAConfig, env, env_config).build()
     try:
         d = _train_batch(algo)
         _inputs, _logp, _entropy, values, next_values = algo.evaluate_batch(d)
@@ -100,7 +98,8 @@ def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, res
     bootstraps = d["valid"] & ~d["terminateds"]
     torch.testing.assert_close(next_values[bootstraps], full[bootstraps], rtol=1e-4, atol=1e-5)
     assert (next_values[~bootstraps] == 0).all()
-    reuse, compute = bootstrap_rows(d["terminateds"], d["terminateds"] | d["truncateds"] | ~d["valid"], d["valid"])
+    assert torch.equal(d["dones"], d["terminateds"] | d["truncateds"] | ~d["valid"])
+    reuse, compute = bootstrap_rows(d["terminateds"], d["dones"], d["valid"])
     assert d["truncateds"].any() and d["terminateds"].any() and (not d["valid"].all()) == reset_rows
     assert reuse.sum() > 0.8 * d["valid"].sum()  # most rows need no pass of their own
     assert compute[:-1].any()  # truncated steps bootstrap from their final observation

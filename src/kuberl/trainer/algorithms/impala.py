@@ -182,6 +182,8 @@ class IMPALA(Algorithm):
     def train_batch(self, fragments: list[SampleBatch]) -> TrainBatch:
         """Fragments side by side along the env axis: [T, envs x fragments, ...] on the learner's device."""
         arrays = {key: np.concatenate([f.data[key] for f in fragments], axis=1) for key in BATCH_KEYS}
+        # Where a trace stops (an episode's end, or a row that is no transition): once per batch, not per update.
+        arrays["dones"] = arrays["terminateds"] | arrays["truncateds"] | ~arrays["valid"]
         return TrainBatch(to_device(arrays, self.device), np.array([f.policy_version for f in fragments]))
 
     # -- the update ------------------------------------------------------------------------------
@@ -198,8 +200,7 @@ class IMPALA(Algorithm):
         inputs, values = inputs.float(), values.float().view(T, B)
         logp, entropy = self.model.policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
         with torch.no_grad():
-            dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
-            reuse, compute = bootstrap_rows(d["terminateds"], dones, d["valid"])
+            reuse, compute = bootstrap_rows(d["terminateds"], d["dones"], d["valid"])
             computed = None
             if compute.any():
                 with self.autocast():
@@ -210,9 +211,8 @@ class IMPALA(Algorithm):
     def targets(self, target_logp: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
                 d: dict[str, torch.Tensor]) -> VTraceReturns:
         p = self.params
-        dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
         return vtrace(d["logp"], target_logp.detach(), d["rewards"], values.detach(), next_values, d["terminateds"],
-                      dones, gamma=p.gamma, rho_bar=p.rho_bar, c_bar=p.c_bar, pg_rho_bar=p.pg_rho_bar)
+                      d["dones"], gamma=p.gamma, rho_bar=p.rho_bar, c_bar=p.c_bar, pg_rho_bar=p.pg_rho_bar)
 
     def loss(self, d: dict[str, torch.Tensor]) -> LossTerms:
         p = self.params

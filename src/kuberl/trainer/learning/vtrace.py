@@ -73,7 +73,7 @@ def next_values_from(values: torch.Tensor, reuse: torch.Tensor, computed: torch.
                      compute: torch.Tensor) -> torch.Tensor:
     """next_values[t]: V(x_{t+1}) where `reuse`, the `computed` V(next_obs) where `compute`, 0 elsewhere."""
     next_values = torch.zeros_like(values)
-    next_values[:-1] = torch.where(reuse[:-1], values[1:], next_values[:-1])
+    next_values[:-1] = torch.where(reuse[:-1], values[1:], 0.0)
     if computed is not None:
         next_values[compute] = computed
     return next_values
