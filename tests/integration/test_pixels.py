@@ -152,3 +152,26 @@ def test_impala_and_appo_learn_the_image_task_on_one_shared_encoder(config_class
     algo = config.build()
     assert algo.model.shared and isinstance(algo.model.policy.encoder, ConvEncoder)
     _learns_the_image_task_within_a_minute(algo)
+
+
+CATCH = "kuberl_testing.catch_env:PixelCatch-v0"
+CATCH_MODEL = {"conv": [[16, 3, 1], [32, 3, 2]], "hidden": [64]}
+CATCH_STEP_BUDGET = 100_000
+
+
+def test_ppo_learns_catch_a_pixel_game_whose_reward_comes_steps_after_the_moves_that_earn_it():
+    """PixelCatch-v0: steer a paddle under a falling ball, +1 or -1 only when it lands 11 steps later (random
+    play scores about -0.6). Bounded by env steps, not time: a loaded machine is slower, not failing."""
+    config = (PPOConfig().environment(CATCH).rollouts(workers=0, envs_per_worker=16, fragment_length=32)
+              .training(lr=1e-3, gamma=0.99, minibatch_size=128, num_epochs=4, entropy_coeff=0.01,
+                        model=CATCH_MODEL).debugging(seed=1))
+    algo = config.build()
+    try:
+        result = algo.train()
+        while result["timesteps"] < CATCH_STEP_BUDGET and not (
+                result["episodes"] >= 100 and result["episodeReturnMean"] >= 0.8):
+            result = algo.train()
+        assert result["episodeReturnMean"] >= 0.8, (result["timesteps"], result["episodeReturnMean"])
+        assert algo.evaluate(episodes=20)["episodeReturnMean"] >= 0.8  # the greedy policy catches too
+    finally:
+        algo.stop()

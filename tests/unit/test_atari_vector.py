@@ -98,3 +98,35 @@ def test_ales_vector_frames_equal_gymnasiums_preprocessing(action):
     finally:
         vector.close()
         single.close()
+
+
+def test_env_threads_step_the_same_games_as_one_thread():
+    """rollouts.envThreads changes who steps the games, not what they show: same seed, same frames."""
+    settings = EnvSettings("ALE/Pong-v5", {"repeat_action_probability": 0.0}, "atari")
+    frames = []
+    for threads in (1, 3):
+        env = make_vector_env(settings, num_envs=3, threads=threads)
+        obs, _ = env.reset(seed=5)
+        steps = [obs]
+        for t in range(12):
+            obs, *_ = env.step(np.full(3, t % 6))
+            steps.append(obs)
+        env.close()
+        frames.append(np.stack(steps))
+    assert np.array_equal(frames[0], frames[1])
+
+
+@pytest.mark.parametrize(("configured", "workers", "envs", "cores", "expected"), [
+    (None, 2, 16, 16, 1),     # rollout worker actors: each steps its envs on one thread
+    (None, 0, 48, 16, 16),    # in the learner's process: every core
+    (None, 0, 4, 16, 4),      # never more threads than envs
+    (6, 0, 48, 16, 6),        # the manifest wins
+    (3, 2, 16, 16, 3),
+])
+def test_env_threads_default(configured, workers, envs, cores, expected, monkeypatch):
+    import os
+
+    from kuberl.trainer.algorithms.base import env_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert env_threads(configured, workers, envs) == expected

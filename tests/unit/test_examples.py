@@ -24,7 +24,7 @@ EXAMPLES = ROOT / "examples"
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
 CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "pendulum-sac.yaml", "custom-env.yaml", "minio.yaml",
-                 "pong-apex.yaml", "pong-appo.yaml", "pong-ppo.yaml", "halfcheetah-ppo.yaml",
+                 "pong-apex.yaml", "pong-appo.yaml", "pong-ppo.yaml", "pong-ppo-1gpu.yaml", "halfcheetah-ppo.yaml",
                  "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
 
 
@@ -89,9 +89,17 @@ def test_pong_cluster_examples_have_a_gpu_learner_head_and_cpu_worker_pods(name,
     assert spec.workers.replicas >= 1 and spec.workers.gpus == 0 and spec.rollouts.workers >= spec.workers.replicas
 
 
+def test_one_gpu_pong_example_samples_in_the_learners_process_on_every_core_without_sticky_actions():
+    spec = load_manifest((EXAMPLES / "pong-ppo-1gpu.yaml").read_text()).spec
+    assert spec.algorithm == "ppo" and spec.learner.gpus == 1 and spec.head.gpus == 1
+    assert spec.rollouts.workers == 0 and spec.rollouts.env_threads is None  # the default: the machine's cores
+    assert spec.env.config["repeat_action_probability"] == 0.0
+
+
 @pytest.mark.parametrize(("name", "observation_shape"), [("pong-apex.yaml", (4, 84, 84)),
                                                          ("pong-appo.yaml", (4, 84, 84)),
                                                          ("pong-ppo.yaml", (4, 84, 84)),
+                                                         ("pong-ppo-1gpu.yaml", (4, 84, 84)),
                                                          ("halfcheetah-ppo.yaml", (17,))])
 def test_pixel_and_mujoco_examples_build_their_envs(name, observation_shape):
     from kuberl.trainer.sampling.envs import EnvSettings, env_spaces

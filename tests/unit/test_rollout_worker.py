@@ -63,6 +63,7 @@ def test_native_vector_env_batch_marks_reset_steps_invalid() -> None:
     for t, i in zip(*np.nonzero(done[:-1]), strict=True):
         assert not d["valid"][t + 1, i]
     assert batch.env_steps == int(d["valid"].sum()) == 400 - int(done[:-1].sum())
+    assert 0 < batch.env_seconds < batch.sample_seconds  # the envs' share of the time, the policy's the rest
     # Inside an episode, next_obs is the next row's obs.
     keep = d["valid"][:-1] & ~done[:-1]
     np.testing.assert_array_equal(d["next_obs"][:-1][keep], d["obs"][1:][keep])

@@ -103,6 +103,12 @@ class RolloutsSpec(StrictModel):
     workers: int = Field(0, ge=0, le=1024, description="Rollout worker actors; 0 samples in the learner's process.")
     envs_per_worker: int = Field(8, ge=1, le=4096, description="Vectorised envs each worker steps.")
     fragment_length: int = Field(64, ge=1, le=100_000, description="Steps per env in each sample batch.")
+    env_threads: int | None = Field(
+        None, ge=1, le=256,
+        description="Threads that step each worker's envs (ALE's vector env under env.preprocessing: atari; other "
+        "envs step on one). Unset: 1 in each rollout worker actor (the workers are the parallelism), and the "
+        "machine's cores (at most envsPerWorker) when workers is 0.",
+    )
 
 
 class ReplaySpec(StrictModel):

@@ -9,6 +9,7 @@ callbacks, the master observation filter, seeds, checkpoints and evaluation.
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections import deque
@@ -36,6 +37,13 @@ RETURN_WINDOW = 100
 COUNTERS_FILE = "counters.json"
 RNG_FILE = "rng.pt"
 FILTER_FILE = "filter.npz"
+
+
+def env_threads(configured: int | None, workers: int, envs_per_worker: int) -> int:
+    """`rollouts.envThreads`, or its default: one per rollout worker actor, the machine's cores in-process."""
+    if configured is not None:
+        return configured
+    return 1 if workers > 0 else max(1, min(envs_per_worker, os.cpu_count() or 1))
 
 
 def seed_everything(seed: int | None) -> np.random.Generator:
@@ -119,7 +127,14 @@ class Algorithm:
             record_steps=spec.traces.enabled and spec.traces.steps,
             preprocessing=self.env_settings.preprocessing,
             wrappers=self.env_settings.wrappers,
+            env_threads=env_threads(spec.rollouts.env_threads, spec.rollouts.workers, spec.rollouts.envs_per_worker),
         )
+
+    def sampling_device(self) -> str:
+        """Where in-process sampling runs its policy: on the learner's GPU when there is one (a conv net
+        batched over the envs is the GPU's work, and the weights are already there), else on the CPU.
+        Rollout worker actors always sample on their CPUs."""
+        return self.device.type if self.spec.rollouts.workers == 0 else "cpu"
 
     def sync_weights(self) -> None:
         """Publish the learner's weights to every rollout worker."""

@@ -79,9 +79,10 @@ class AlgorithmConfig:
         return self
 
     def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
-                 fragment_length: int | None = None) -> Self:
+                 fragment_length: int | None = None, env_threads: int | None = None) -> Self:
         self._section("rollouts").update(
-            _camel({"workers": workers, "envs_per_worker": envs_per_worker, "fragment_length": fragment_length})
+            _camel({"workers": workers, "envs_per_worker": envs_per_worker, "fragment_length": fragment_length,
+                    "env_threads": env_threads})
         )
         return self
 

@@ -1,7 +1,8 @@
 """Proximal Policy Optimisation (Schulman et al., 2017), read top to bottom.
 
 Sampling: rollout workers run the actor in numpy for vector observations and in
-torch on the CPU for images (PPOPolicyFactory), and keep each action's log-probability. Learning: the learner evaluates V(obs) and
+torch for images (PPOPolicyFactory; on the learner's GPU when sampling runs in its process), and keep
+each action's log-probability. Learning: the learner evaluates V(obs) and
 V(next_obs), computes GAE per worker batch, then runs `num_epochs` passes of
 shuffled minibatches over the clipped surrogate objective with value
 clipping, optional advantage normalisation, entropy bonus, gradient clipping
@@ -117,7 +118,8 @@ class PPO(Algorithm):
         if p.anneal_lr and self.spec.stop.timesteps is None:
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
                           RuntimeWarning, stacklevel=2)
-        self.workers = WorkerSet(self.worker_config(), PPOPolicyFactory.from_params(p), self.spec.rollouts.workers)
+        self.workers = WorkerSet(self.worker_config(), PPOPolicyFactory.from_params(p, self.sampling_device()),
+                                 self.spec.rollouts.workers)
         self.sync_weights()
 
     def worker_weights(self) -> dict[str, np.ndarray]:
@@ -131,7 +133,9 @@ class PPO(Algorithm):
         env_steps = sum(b.env_steps for b in batches)
         batch = self.postprocess(batches)
         self.anneal_learning_rate(env_steps)
+        learning = time.perf_counter()
         learner_stats = self.update(batch)
+        learner_stats["updateSeconds"] = time.perf_counter() - learning
         self.sync_weights()
         return {
             "envSteps": env_steps,
@@ -139,6 +143,7 @@ class PPO(Algorithm):
             "sampler": {
                 "envStepsPerSecond": env_steps / sample_seconds if sample_seconds > 0 else 0.0,
                 "sampleSeconds": sample_seconds,
+                "envSeconds": sum(b.env_seconds for b in batches),
                 "batches": len(batches),
             },
         }

@@ -83,15 +83,15 @@ class GameScoreVector(gym.vector.VectorWrapper):
 
 
 def make_atari_vector(registered: gym.envs.registration.EnvSpec, config: dict[str, Any],
-                      num_envs: int) -> gym.vector.VectorEnv | None:
-    """The training preset as one AtariVectorEnv on one thread (workers are the parallelism), or None."""
+                      num_envs: int, threads: int = 1) -> gym.vector.VectorEnv | None:
+    """The training preset as one AtariVectorEnv stepped by `threads` C++ threads, or None."""
     kwargs = vector_kwargs(dict(registered.kwargs), config)
     if kwargs is None:
         return None
     from ale_py.vector_env import AtariVectorEnv
 
     env = AtariVectorEnv(
-        num_envs=num_envs, num_threads=1, autoreset_mode=AutoresetMode.NEXT_STEP, img_height=SCREEN_SIZE,
+        num_envs=num_envs, num_threads=max(1, min(threads, num_envs)), autoreset_mode=AutoresetMode.NEXT_STEP, img_height=SCREEN_SIZE,
         img_width=SCREEN_SIZE, grayscale=True, stack_num=FRAME_STACK, frameskip=FRAME_SKIP, maxpool=True,
         noop_max=NOOP_MAX, episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
         **kwargs,

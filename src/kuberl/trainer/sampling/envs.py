@@ -114,8 +114,8 @@ def _native_vector(settings: EnvSettings) -> bool:
 
 
 def make_vector_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None,
-                    num_envs: int = 1) -> gym.vector.VectorEnv:
-    """`num_envs` copies of the env stepped together.
+                    num_envs: int = 1, threads: int = 1) -> gym.vector.VectorEnv:
+    """`num_envs` copies of the env stepped together (by `threads` threads where ALE's vector env runs them).
 
     The result autoresets either on the next step (Gymnasium's native vector
     envs, ALE's for the atari preset) or in the same step with `final_obs` in the info (the sync
@@ -125,7 +125,7 @@ def make_vector_env(env_id: str | EnvSettings, env_config: dict[str, Any] | None
     if settings.preprocessing == "atari" and not settings.wrappers and parse_env_id(settings.id).kind != "class":
         registered = gym_spec(settings.id)
         if is_ale_spec(registered):
-            atari = make_atari_vector(registered, settings.config, num_envs)
+            atari = make_atari_vector(registered, settings.config, num_envs, threads)
             if atari is not None:
                 return atari
     if _native_vector(settings):

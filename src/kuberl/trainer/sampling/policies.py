@@ -1,5 +1,4 @@
-"""The policies rollout workers run: PPO's actor (in numpy for vectors, in torch on the CPU for
-images), epsilon-greedy over a Q-network, IMPALA's policy head and SAC's squashed Gaussian actor.
+"""The policies rollout workers run: PPO's actor (in numpy for vectors, in torch for images), epsilon-greedy over a Q-network, IMPALA's policy head and SAC's squashed Gaussian actor.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
 and loads the numpy weights the learner publishes.
@@ -59,20 +58,24 @@ class PPOSamplingPolicy:
 
 
 class TorchPPOPolicy:
-    """The actor in torch on the CPU, for image observations (a conv net is no job for numpy)."""
+    """The actor in torch, for image observations (a conv net is no job for numpy): on the CPU in rollout
+    worker actors, on the learner's GPU when sampling runs in the learner's process."""
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, encoder: EncoderSpec):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, encoder: EncoderSpec,
+                 device: str = "cpu"):
         configure_cpu_threads()  # in a Ray actor too: many small conv calls run fastest on one thread
         torch.manual_seed(seed)
-        self.actor = Actor(observation_space, action_space, encoder.hidden, encoder.activation, encoder).eval()
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = torch.device(device)
+        self.actor = Actor(observation_space, action_space, encoder.hidden, encoder.activation, encoder)
+        self.actor = self.actor.to(self.device).eval()
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_weights(self.actor, weights)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
-            out = self.actor.net(obs_tensor(obs))
+            out = self.actor.net(obs_tensor(obs, self.device))
             if self.actor.discrete:
                 log_probs = torch.log_softmax(out, dim=-1)
                 if explore:
@@ -82,27 +85,30 @@ class TorchPPOPolicy:
                 logp = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
             else:
                 std = self.actor.log_std.exp()
-                noise = torch.randn(out.shape, generator=self.generator) if explore else torch.zeros_like(out)
+                noise = (torch.randn(out.shape, generator=self.generator, device=self.device) if explore
+                         else torch.zeros_like(out))
                 actions = out + std * noise
                 logp, _ = self.actor.log_prob_entropy_of(out, actions)
         dtype = np.int64 if self.actor.discrete else np.float32
-        return actions.numpy().astype(dtype), {"logp": logp.numpy().astype(np.float32)}
+        return actions.cpu().numpy().astype(dtype), {"logp": logp.cpu().numpy().astype(np.float32)}
 
 
 @dataclass(frozen=True)
 class PPOPolicyFactory:
-    """Builds a worker's PPO policy: numpy for vector observations, torch for images; pickles to Ray actors."""
+    """Builds a worker's PPO policy: numpy for vector observations, torch (on `device`) for images;
+    pickles to Ray actors."""
 
     encoder: EncoderSpec
+    device: str = "cpu"
 
     @classmethod
-    def from_params(cls, params: CommonParams) -> PPOPolicyFactory:
-        return cls(EncoderSpec.from_params(params))
+    def from_params(cls, params: CommonParams, device: str = "cpu") -> PPOPolicyFactory:
+        return cls(EncoderSpec.from_params(params), device)
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space,
                  seed: int) -> PPOSamplingPolicy | TorchPPOPolicy:
         if is_image_space(observation_space):
-            return TorchPPOPolicy(observation_space, action_space, seed, encoder=self.encoder)
+            return TorchPPOPolicy(observation_space, action_space, seed, encoder=self.encoder, device=self.device)
         return PPOSamplingPolicy(observation_space, action_space, seed, activation=self.encoder.activation)
 
 

@@ -56,6 +56,7 @@ class WorkerConfig:
     record_steps: bool = False
     preprocessing: str = "none"  # spec.env.preprocessing
     wrappers: tuple[WrapperSettings, ...] = ()  # spec.env.wrappers
+    env_threads: int = 1  # threads that step the envs, where the vector env can use them (ALE's)
 
     @property
     def env(self) -> EnvSettings:
@@ -76,6 +77,7 @@ class SampleBatch:
     policy_version: int
     filter_delta: RunningStats | None = None
     sample_seconds: float = 0.0
+    env_seconds: float = 0.0  # of sample_seconds, the time spent stepping the envs (the rest: policy, copies)
 
 
 def stored_dtype(dtype: np.dtype) -> np.dtype:
@@ -92,7 +94,7 @@ class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
-        self.env = make_vector_env(config.env, num_envs=config.num_envs)
+        self.env = make_vector_env(config.env, num_envs=config.num_envs, threads=config.env_threads)
         self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
         obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
@@ -150,13 +152,16 @@ class RolloutWorker:
         extras: dict[str, np.ndarray] = {}
         episodes: list[dict[str, Any]] = []
         record_steps = self.config.record_steps
+        env_seconds = 0.0
 
         for t in range(T):
             actions, policy_extras = self.policy.compute_actions(self.obs, True)
             if actions_buf is None:
                 actions_buf = np.empty((T, *actions.shape), dtype=actions.dtype)
                 extras = {k: np.empty((T, *v.shape), dtype=v.dtype) for k, v in policy_extras.items()}
+            stepped = time.perf_counter()
             raw_next, reward, terminated, truncated, info = self.env.step(self._env_actions(actions))
+            env_seconds += time.perf_counter() - stepped
             next_obs = self.filter(raw_next)
             step_valid = ~self.resetting
             done = (terminated | truncated) & step_valid
@@ -199,7 +204,7 @@ class RolloutWorker:
         return SampleBatch(
             data=data, episodes=episodes, env_steps=int(valid.sum()), worker=self.worker_index,
             policy_version=self.policy_version, filter_delta=self.filter.take_delta(),
-            sample_seconds=time.perf_counter() - started,
+            sample_seconds=time.perf_counter() - started, env_seconds=env_seconds,
         )
 
     def _finish_episodes(self, done: np.ndarray, info: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,255 @@
+"""kuberl on one GPU machine: Pong from pixels to a score of 18, and sampling throughput against env threads.
+
+    PYTHONPATH=src:testing python bench/gpu.py pong --cap 480 --out OUT      # wall time to a 100-game mean of 18
+    PYTHONPATH=src:testing python bench/gpu.py scaling --threads 1,2,4,8,14 --out OUT
+
+bench/gpu_check.sh runs both (and the CUDA tests) on the device machine. Both train examples/pong-ppo-1gpu.yaml:
+PPO with sampling in the learner's process, ALE's vector env stepping the games on C++ threads, the policy on
+the GPU. No Ray: one process, so nothing here needs more than the GPU machine's own Python and a few wheels.
+
+- `pong` trains until the 100-game mean of the game score reaches 18 (at least 100 games finished) or --cap
+  seconds pass, and writes pong.json (every iteration: wall seconds since the build started, env steps,
+  the 100-game mean, the learner's stats, the GPU's utilisation) and pong.png (the score against wall time
+  and against env steps). Its last line is one JSON object: minutes_to_18 (null if not reached),
+  env_steps_to_18, final_score, sticky_actions, and the machine.
+- `scaling` runs --window seconds (after one warm-up iteration) for each thread count N, with 4 envs per
+  thread and a batch of 8 minibatches, and prints env steps/s, learner updates/s, the GPU's mean
+  utilisation, and where each iteration's time went (stepping the envs, the policy and copies, learning),
+  the largest of which is what limits that point. It writes scaling.json and scaling.png.
+
+On a machine without CUDA both print that nothing was measured and exit 2, unless --allow-cpu (a dry run
+of the code paths, with figures that mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "pong-ppo-1gpu.yaml"
+GOAL = 18.0
+ENVS_PER_THREAD = 4
+
+
+class GpuMonitor:
+    """nvidia-smi's utilisation and memory, sampled every 250 ms on a thread; `mean(since)` over a window."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, utilisation %, MiB used)
+        self.process: subprocess.Popen[str] | None = None
+        if shutil.which("nvidia-smi") is None:
+            return
+        self.process = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "250"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                util, memory = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((time.monotonic(), util, memory))
+
+    def mean(self, since: float) -> dict[str, float | None]:
+        window = [(u, m) for t, u, m in self.samples if t >= since]
+        if not window:
+            return {"gpuUtilization": None, "gpuMemoryMiB": None}
+        return {"gpuUtilization": sum(u for u, _ in window) / len(window),
+                "gpuMemoryMiB": max(m for _, m in window)}
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"gpu": gpu, "cpuCores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def config_for(overrides: list[str]) -> Any:
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+
+    return AlgorithmConfig.from_manifest(EXAMPLE, overrides)
+
+
+def learner_row(result: dict[str, Any]) -> dict[str, Any]:
+    keep = ("policyLoss", "valueLoss", "entropy", "approxKl", "clipFraction", "lr", "updates", "updateSeconds")
+    return {k: result["learner"].get(k) for k in keep}
+
+
+def run_pong(args: argparse.Namespace) -> int:
+    monitor = GpuMonitor()
+    config = config_for(args.set)
+    sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
+    started = time.monotonic()
+    algo = config.build()
+    built = time.monotonic() - started
+    rows: list[dict[str, Any]] = []
+    reached: dict[str, Any] | None = None
+    try:
+        while True:
+            tick = time.monotonic()
+            result = algo.train()
+            now = time.monotonic()
+            mean, episodes = result["episodeReturnMean"], result["episodes"]
+            row = {"seconds": now - started, "timesteps": result["timesteps"], "episodes": episodes,
+                   "score100": mean, "iterationSeconds": now - tick,
+                   "sampleSeconds": result["sampler"]["sampleSeconds"], "envSeconds": result["sampler"]["envSeconds"],
+                   **learner_row(result), **monitor.mean(tick)}
+            rows.append(row)
+            if len(rows) % 20 == 1:
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            if reached is None and mean is not None and episodes >= 100 and mean >= GOAL:
+                reached = row
+                break
+            if now - started > args.cap:
+                break
+    finally:
+        algo.stop()
+        monitor.stop()
+    last = rows[-1]
+    summary = {
+        "minutes_to_18": None if reached is None else round(reached["seconds"] / 60, 2),
+        "env_steps_to_18": None if reached is None else reached["timesteps"],
+        "final_score": last["score100"], "final_timesteps": last["timesteps"], "episodes": last["episodes"],
+        "wall_seconds": round(last["seconds"], 1), "build_seconds": round(built, 1),
+        "env_steps_per_second": round(last["timesteps"] / last["seconds"], 1),
+        "sticky_actions": sticky, "cap_seconds": args.cap, "overrides": args.set, **machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "pong.json").write_text(json.dumps({"summary": summary, "curve": rows}, indent=0))
+    plot_pong(rows, summary, args.out / "pong.png")
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def plot_pong(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scored = [r for r in rows if r["score100"] is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, scale, label in ((axes[0], "seconds", 60, "wall minutes (build included)"),
+                                  (axes[1], "timesteps", 1e6, "env steps (millions; 4 frames each)")):
+        ax.plot([r[key] / scale for r in scored], [r["score100"] for r in scored])
+        ax.axhline(GOAL, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(label)
+        ax.set_ylabel("100-game mean score")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"kuberl PPO, ALE/Pong-v5 (sticky actions {summary['sticky_actions']}), "
+                 f"{summary['gpu']}, {summary['cpuCores']} cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_scaling(args: argparse.Namespace) -> int:
+    monitor = GpuMonitor()
+    points: list[dict[str, Any]] = []
+    try:
+        for threads in (int(x) for x in args.threads.split(",")):
+            envs = ENVS_PER_THREAD * threads
+            batch = envs * 128
+            config = config_for([f"rollouts.envThreads={threads}", f"rollouts.envsPerWorker={envs}",
+                                 f"config.minibatchSize={batch // 8}", *args.set])
+            algo = config.build()
+            envs = algo.spec.rollouts.envs_per_worker  # --set may have changed it
+            batch = envs * algo.spec.rollouts.fragment_length
+            try:
+                result = algo.train()  # warm-up: CUDA kernels chosen, the envs past their resets
+                first_steps = result["timesteps"]
+                updates = sample = env = learn = 0.0
+                since = t0 = time.monotonic()
+                while time.monotonic() - t0 < args.window:
+                    result = algo.train()
+                    updates += result["learner"]["updates"]
+                    sample += result["sampler"]["sampleSeconds"]
+                    env += result["sampler"]["envSeconds"]
+                    learn += result["learner"]["updateSeconds"]
+                elapsed = time.monotonic() - t0
+            finally:
+                algo.stop()
+            shares = {"envs": env / elapsed, "policy and copies": (sample - env) / elapsed,
+                      "learning": learn / elapsed, "other (GAE values, weight sync)": 1 - (sample + learn) / elapsed}
+            point = {"threads": threads, "envs": envs, "batch": batch,
+                     "envStepsPerSecond": (result["timesteps"] - first_steps) / elapsed,
+                     "samplingStepsPerSecond": (result["timesteps"] - first_steps) / sample,
+                     "updatesPerSecond": updates / elapsed, "updatesPerLearnerSecond": updates / learn if learn else None,
+                     "timeShares": shares, "limitedBy": max(shares, key=shares.__getitem__), **monitor.mean(since)}
+            points.append(point)
+            print(json.dumps(point), flush=True)
+    finally:
+        monitor.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine(), "envsPerThread": ENVS_PER_THREAD, "windowSeconds": args.window, "points": points}
+    (args.out / "scaling.json").write_text(json.dumps(report, indent=1))
+    plot_scaling(points, report["machine"], args.out / "scaling.png")
+    print("\n| env threads | envs | env steps/s | sampling alone | learner updates/s | GPU util % | limited by |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for p in points:
+        util = "-" if p["gpuUtilization"] is None else f"{p['gpuUtilization']:.0f}"
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in p["timeShares"].items())
+        print(f"| {p['threads']} | {p['envs']} | {p['envStepsPerSecond']:,.0f} | {p['samplingStepsPerSecond']:,.0f} | "
+              f"{p['updatesPerSecond']:.1f} | {util} | {p['limitedBy']} ({shares}) |")
+    return 0
+
+
+def plot_scaling(points: list[dict[str, Any]], info: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    threads = [p["threads"] for p in points]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(threads, [p["envStepsPerSecond"] for p in points], marker="o", label="env steps/s (train)")
+    ax.plot(threads, [p["samplingStepsPerSecond"] for p in points], marker="s", label="env steps/s (sampling alone)")
+    ax.set_xlabel(f"env threads ({ENVS_PER_THREAD} envs each)")
+    ax.set_ylabel("env steps/s")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"kuberl PPO on Pong: {info['gpu']}, {info['cpuCores']} cores", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("pong", "scaling"))
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
+    parser.add_argument("--cap", type=float, default=480.0, help="pong: seconds before giving up")
+    parser.add_argument("--threads", default="1,2,4,8,14", help="scaling: env thread counts")
+    parser.add_argument("--window", type=float, default=12.0, help="scaling: seconds measured per point")
+    parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
+    parser.add_argument("--allow-cpu", action="store_true", help="dry run without CUDA (the figures mean nothing)")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        if not args.allow_cpu:
+            print("bench/gpu.py: torch sees no CUDA GPU on this machine; nothing was measured.", flush=True)
+            return 2
+        args.set = ["learner.gpus=0", *args.set]
+    return run_pong(args) if args.what == "pong" else run_scaling(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
