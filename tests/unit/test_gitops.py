@@ -7,7 +7,7 @@ through cel-python, fed the same RLExperiment objects.
 from __future__ import annotations
 
 import datetime
-import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,9 @@ import pytest
 import yaml
 from lupa import lua51
 
-from kuberl.operator.status import Observation, PodState, decide
+from kuberl.api.types import Phase
+from kuberl.operator.status import ConditionType, Observation, PodState, decide, status_of
+from kuberl.operator.status.conditions import PHASE_CONDITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGO_DIR = ROOT / "gitops" / "argocd" / "resource_customizations" / "kuberl.io" / "RLExperiment"
@@ -156,31 +158,35 @@ def _worker(index: int) -> PodState:
     return PodState(name=f"exp-worker-{index}", role="worker", attempt=1, phase="Running", index=index)
 
 
+def _obs(generation: int, previous: dict[str, Any], **kwargs: Any) -> Observation:
+    return Observation(generation, NOW, status_of(previous), **kwargs)
+
+
 TRAINING = {"phase": "Running", "attempt": 1, "iteration": 5, "timesteps": 5120}
 STARTING = {"phase": "Starting", "attempt": 1}
 OPERATOR_CASES = {
     # name: (observation, Argo CD, Flux)
-    "new": (Observation(1, NOW, {}), "Progressing", "InProgress"),
-    "head-pending": (Observation(1, NOW, STARTING, pods=(_head("Pending"),)), "Progressing", "InProgress"),
-    "waiting-for-trainer": (Observation(1, NOW, STARTING, pods=(_head("Running"),)), "Progressing", "InProgress"),
-    "training": (Observation(1, NOW, STARTING, replicas=1, pods=(_head("Running"), _worker(0)), trainer=TRAINING),
+    "new": (_obs(1, {}), "Progressing", "InProgress"),
+    "head-pending": (_obs(1, STARTING, pods=(_head("Pending"),)), "Progressing", "InProgress"),
+    "waiting-for-trainer": (_obs(1, STARTING, pods=(_head("Running"),)), "Progressing", "InProgress"),
+    "training": (_obs(1, STARTING, replicas=1, pods=(_head("Running"), _worker(0)), trainer=TRAINING),
                  "Healthy", "Current"),
-    "waiting-for-workers": (Observation(1, NOW, STARTING, replicas=2, pods=(_head("Running"),), trainer=TRAINING),
+    "waiting-for-workers": (_obs(1, STARTING, replicas=2, pods=(_head("Running"),), trainer=TRAINING),
                             "Progressing", "InProgress"),
-    "succeeded": (Observation(1, NOW, {"phase": "Running", "attempt": 1},
-                              pods=(_head("Succeeded", exit_code=0, termination={"result": "Succeeded"}),)),
+    "succeeded": (_obs(1, {"phase": "Running", "attempt": 1},
+                       pods=(_head("Succeeded", exit_code=0, termination={"result": "Succeeded"}),)),
                   "Healthy", "Current"),
-    "invalid-spec": (Observation(1, NOW, {}, spec_errors=("spec.env.id: unknown env",)), "Degraded", "Failed"),
-    "missing-secret": (Observation(1, NOW, {}, missing_secret="secret s3-credentials not found"),
+    "invalid-spec": (_obs(1, {}, spec_errors=("spec.env.id: unknown env",)), "Degraded", "Failed"),
+    "missing-secret": (_obs(1, {}, missing_secret="secret s3-credentials not found"),
                        "Degraded", "Failed"),
-    "image-pull": (Observation(1, NOW, STARTING, pods=(_head("Pending", waiting_reason="ImagePullBackOff"),)),
+    "image-pull": (_obs(1, STARTING, pods=(_head("Pending", waiting_reason="ImagePullBackOff"),)),
                    "Degraded", "Failed"),
-    "backoff-exceeded": (Observation(1, NOW, {"phase": "Running", "attempt": 4}, backoff_limit=3, restarts=3,
-                                     failed_attempt=3, pods=(PodState("exp-head", "head", 4, "Failed", exit_code=1),)),
+    "backoff-exceeded": (_obs(1, {"phase": "Running", "attempt": 4}, backoff_limit=3, restarts=3,
+                              failed_attempt=3, pods=(PodState("exp-head", "head", 4, "Failed", exit_code=1),)),
                          "Degraded", "Failed"),
-    "refused-change": (Observation(2, NOW, {"phase": "Running", "attempt": 1}, pods=(_head("Running"),),
-                                   trainer=TRAINING, refused_changes=("spec.env.id",)), "Degraded", "Failed"),
-    "suspended": (Observation(3, NOW, {"phase": "Running", "attempt": 1}, suspend=True, pods=(_head("Running"),)),
+    "refused-change": (_obs(2, {"phase": "Running", "attempt": 1}, pods=(_head("Running"),),
+                            trainer=TRAINING, refused_changes=("spec.env.id",)), "Degraded", "Failed"),
+    "suspended": (_obs(3, {"phase": "Running", "attempt": 1}, suspend=True, pods=(_head("Running"),)),
                   "Suspended", "Current"),
 }
 
@@ -191,7 +197,7 @@ def _experiment(obs: Observation, generation: int | None = None) -> dict[str, An
         "apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
         "metadata": {"name": "exp", "namespace": "research", "generation": generation or obs.generation},
         "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "suspend": obs.suspend},
-        "status": json.loads(json.dumps(status)),
+        "status": status.to_manifest(),
     }
 
 
@@ -210,3 +216,16 @@ def test_a_spec_the_operator_has_not_seen_is_progressing(name):
     obj = _experiment(obs, generation=obs.generation + 1)
     assert argo_health(obj)["status"] == "Progressing"
     assert flux_status(obj, _flux_check()) == "InProgress"
+
+
+def test_the_health_checks_and_their_fixtures_speak_the_operators_phases_and_condition_types():
+    flux = (FLUX_DIR / "rlexperiment-health.yaml").read_text()
+    phases = set(re.findall(r'status\.phase == "(\w+)"|status\.phase or "(\w+)"', HEALTH_LUA))
+    phases = {p for pair in phases for p in pair if p} | set(re.findall(r"status\.phase == '(\w+)'", flux))
+    types = set(re.findall(r'find\(conditions, "(\w+)"\)', HEALTH_LUA)) | set(re.findall(r"c\.type == '(\w+)'", flux))
+    assert phases and phases <= set(Phase)
+    assert types == {t.value for t in PHASE_CONDITIONS}
+    for path in sorted((ARGO_DIR / "testdata").glob("*.yaml")):
+        status = yaml.safe_load(path.read_text()).get("status") or {}
+        assert status.get("phase", Phase.PENDING) in set(Phase), path.name
+        assert {c["type"] for c in status.get("conditions") or []} <= set(ConditionType), path.name

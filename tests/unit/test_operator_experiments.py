@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kuberl.api.types import Phase
 from kuberl.operator import experiments as queueing
 from kuberl.operator.experiments import Experiment, ExperimentQueue
 
@@ -121,7 +122,7 @@ def test_forgetting_is_one_deletion_and_a_waiting_trigger_of_the_forgotten_recor
         work = Work()
         queue = ExperimentQueue(work)
         record = queue.record(KEY)
-        record.known, record.generation, record.phase, record.head_ip = True, 3, "Running", "10.0.0.7"
+        record.known, record.generation, record.phase, record.head_ip = True, 3, Phase.RUNNING, "10.0.0.7"
         record.next_poll, record.ensured, record.failures = 1.0, 3, 2
         work.release.clear()
         first = asyncio.create_task(queue.reconcile(KEY, LOG))
@@ -141,7 +142,7 @@ def test_forgetting_is_one_deletion_and_a_waiting_trigger_of_the_forgotten_recor
 def test_a_new_record_after_forget_starts_afresh():
     queue = ExperimentQueue(Work())
     record = queue.record(KEY)
-    record.phase, record.generation, record.failures = "Failed", 4, 3
+    record.phase, record.generation, record.failures = Phase.FAILED, 4, 3
     queue.forget(KEY)
     fresh = queue.record(KEY)
     assert fresh is not record
@@ -151,9 +152,9 @@ def test_a_new_record_after_forget_starts_afresh():
 
 def test_phases_count_only_reconciled_experiments():
     queue = ExperimentQueue(Work())
-    queue.record(("a", "x")).phase = "Running"
+    queue.record(("a", "x")).phase = Phase.RUNNING
     queue.record(("a", "y"))  # seen in a pod event only
-    queue.record(("b", "x")).phase = "Succeeded"
+    queue.record(("b", "x")).phase = Phase.SUCCEEDED
     assert queue.phases() == {("a", "x"): "Running", ("b", "x"): "Succeeded"}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 
+from kuberl.api.types import RLExperimentStatus
 from kuberl.operator.status import (
     KUEUE_MUTABLE_FIELDS,
     Observation,
@@ -12,6 +13,7 @@ from kuberl.operator.status import (
     decide,
     pod_state,
     refused_changes,
+    status_of,
     with_mutable_fields,
 )
 
@@ -22,7 +24,8 @@ RUNNING = {"phase": "Running", "attempt": 1, "conditions": []}
 def obs(**kw) -> Observation:
     kw.setdefault("generation", 1)
     kw.setdefault("now", NOW)
-    kw.setdefault("previous", {"phase": "Pending", "attempt": 1})
+    previous = kw.pop("previous", {"phase": "Pending", "attempt": 1})  # as the API server holds it, or a decision's status
+    kw["previous"] = previous if isinstance(previous, RLExperimentStatus) else status_of(previous)
     return Observation(**kw)
 
 
@@ -31,7 +34,7 @@ def pod(name, role, phase="Pending", attempt=1, index=None, **kw) -> PodState:
 
 
 def cond(status, type_):
-    return next(c for c in status["conditions"] if c["type"] == type_)
+    return next(c for c in status.conditions if c.type == type_)
 
 
 def test_pod_state_reads_the_kueue_gate_and_a_disruption():
@@ -51,25 +54,25 @@ def test_pod_state_reads_the_kueue_gate_and_a_disruption():
 def test_gated_pods_make_the_phase_queued_with_a_condition_that_says_so():
     pods = (pod("e-head", "head", gated=True), pod("e-worker-0", "worker", index=0, gated=True))
     d = decide(obs(replicas=1, pods=pods, kueue=True))
-    assert d.status["phase"] == "Queued"
+    assert d.status.phase == "Queued"
     ready, reconciling = cond(d.status, "Ready"), cond(d.status, "Reconciling")
-    assert ready["status"] == "False" and ready["reason"] == "Queued"
-    assert "admission by Kueue" in ready["message"] and reconciling["status"] == "True"
+    assert ready.status == "False" and ready.reason == "Queued"
+    assert "admission by Kueue" in ready.message and reconciling.status == "True"
     assert not d.create_head and not d.create_workers and not d.delete_pods
     assert [e.reason for e in d.events] == ["Queued"]
 
 
 def test_a_missing_worker_of_a_queued_group_is_created_so_the_group_is_complete():
     d = decide(obs(replicas=2, pods=(pod("e-head", "head", gated=True), pod("e-worker-0", "worker", index=0))))
-    assert d.create_workers == [1] and d.status["phase"] == "Queued"
+    assert d.create_workers == [1] and d.status.phase == "Queued"
 
 
 def test_admitted_pods_leave_queued():
     d = decide(obs(replicas=0, previous={"phase": "Queued", "attempt": 1}, pods=(pod("e-head", "head"),)))
-    assert d.status["phase"] == "Pending"
+    assert d.status.phase == "Pending"
     d = decide(obs(replicas=0, previous={"phase": "Queued", "attempt": 1},
                    pods=(pod("e-head", "head", phase="Running"),)))
-    assert d.status["phase"] == "Starting"
+    assert d.status.phase == "Starting"
 
 
 def test_preemption_closes_the_attempt_without_counting_a_restart():
@@ -78,7 +81,7 @@ def test_preemption_closes_the_attempt_without_counting_a_restart():
     d = decide(obs(replicas=1, previous=RUNNING, pods=pods, restarts=1, failed_attempt=0, backoff_limit=1))
     assert d.restarts == 1 and d.failed_attempt == 1  # closed, not counted: backoffLimit 1 is not exceeded
     assert sorted(d.delete_pods) == ["e-head", "e-worker-0"]
-    assert d.status["phase"] == "Pending" and cond(d.status, "Ready")["reason"] == "Preempted"
+    assert d.status.phase == "Pending" and cond(d.status, "Ready").reason == "Preempted"
     (event,) = d.events
     assert event.reason == "Preempted" and "not counted against backoffLimit" in event.message
 
@@ -87,16 +90,16 @@ def test_after_preemption_the_next_attempt_starts_once_the_head_is_gone():
     deleting = pod("e-head", "head", phase="Running", disruption="StoppedByKueue", deleting=True)
     previous = {"phase": "Pending", "attempt": 1}
     d = decide(obs(replicas=1, previous=previous, pods=(deleting,), failed_attempt=1))
-    assert not d.create_head and d.status["phase"] == "Starting"  # waits for the old head to go
+    assert not d.create_head and d.status.phase == "Starting"  # waits for the old head to go
     d = decide(obs(replicas=1, previous=previous, pods=(), failed_attempt=1, restarts=0))
     assert d.create_head == 2 and d.create_workers == [0] and d.restarts == 0
-    assert "resumes from the last checkpoint" in d.status["message"]
+    assert "resumes from the last checkpoint" in d.status.message
 
 
 def test_a_preempted_head_already_being_deleted_is_still_not_counted():
     deleting = pod("e-head", "head", phase="Running", disruption="EvictionByEvictionAPI", deleting=True)
     d = decide(obs(replicas=0, previous=RUNNING, pods=(deleting,), restarts=0, failed_attempt=0, backoff_limit=0))
-    assert d.status["phase"] != "Failed" and d.failed_attempt == 1 and d.restarts == 0
+    assert d.status.phase != "Failed" and d.failed_attempt == 1 and d.restarts == 0
 
 
 def test_a_kueue_group_refuses_a_new_size_and_says_why():
@@ -109,5 +112,5 @@ def test_a_kueue_group_refuses_a_new_size_and_says_why():
     d = decide(obs(replicas=2, kueue=True, refused_changes=refused, previous=RUNNING,
                    pods=(pod("e-head", "head", phase="Running"),)))
     stalled = cond(d.status, "Stalled")
-    assert stalled["reason"] == "SpecChangeRefused" and "fixed size" in stalled["message"]
-    assert "suspend" in stalled["message"]
+    assert stalled.reason == "SpecChangeRefused" and "fixed size" in stalled.message
+    assert "suspend" in stalled.message

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from kuberl.operator.reconcile import _status_patch, experiment_of_pod, validate_body
+import datetime
+
+from kuberl.operator.builders.podgroup import Placement
+from kuberl.operator.reconcile import _apply, _status_patch, experiment_of_pod, validate_body
+from kuberl.operator.settings import Settings
+from kuberl.operator.status import Observation, decide, status_of
 from kuberl_testing.operator_harness import experiment_body
 
 
@@ -52,3 +57,31 @@ def test_reconcile_retries_back_off_to_a_cap_for_any_failure_count():
 
     assert [retry_seconds(n) for n in (1, 2, 3, 6)] == [2.0, 4.0, 8.0, 60.0]
     assert retry_seconds(5000) == 60.0  # weeks of failures: still the cap, no OverflowError
+
+
+class StatusRecorder:
+    """The one write of a pass that decides nothing but status (a refused spec: no children, no pods)."""
+
+    def __init__(self) -> None:
+        self.patches: list[dict] = []
+
+    def patch_experiment_status(self, namespace, name, status) -> None:
+        self.patches.append(status)
+
+
+def test_a_pass_patches_the_typed_status_as_camel_case_json_and_leaves_unknown_keys_alone():
+    body = api_object()
+    body["status"] = {"phase": "Running", "attempt": 3, "startTime": "2026-01-01T11:00:00Z", "someFutureField": 1}
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+    decision = decide(Observation(generation=2, now=now, previous=status_of(body["status"]),
+                                  spec_errors=("spec.env.id: unknown env",)))
+    cluster = StatusRecorder()
+    _apply(cluster, Settings(), body, None, None, decision, Placement(), children_ready=True)
+    (patch,) = cluster.patches
+    assert "someFutureField" not in patch and "attempt" not in patch and "startTime" not in patch  # unchanged
+    assert patch["phase"] == "Failed" and type(patch["phase"]) is str and patch["observedGeneration"] == 2
+    assert patch["completionTime"] == "2026-01-01T12:00:00Z" and patch["workers"] == 0
+    assert [c["type"] for c in patch["conditions"]] == ["Ready", "Succeeded", "Reconciling", "Stalled"]
+    assert patch["conditions"][3] == {"type": "Stalled", "status": "True", "reason": "InvalidSpec",
+                                      "message": "spec.env.id: unknown env", "lastTransitionTime": "2026-01-01T12:00:00Z",
+                                      "observedGeneration": 2}

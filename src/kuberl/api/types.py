@@ -8,6 +8,7 @@ the manifest's camelCase names; Python code uses the snake_case attributes.
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
@@ -27,8 +28,21 @@ SHORT_NAMES = ["rlx"]
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
 ExportFormat = Literal["onnx", "torchscript"]
 EXPORT_FORMATS: tuple[str, ...] = ExportFormat.__args__  # type: ignore[attr-defined]
-Phase = Literal["Pending", "Queued", "Starting", "Running", "Succeeded", "Failed", "Suspended"]
-PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+
+class Phase(StrEnum):
+    """Where the experiment is in its lifecycle."""
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 # Kubernetes resource quantities ("500m", "2", "1.5", "4Gi", "512M").
 CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
@@ -87,7 +101,8 @@ class EnvSpec(StrictModel):
         description="atari: the DeepMind preset for an ALE env: up to 30 no-op starts, frame skip 4 with "
         "max-pooling, 84x84 grayscale, 4 stacked frames (uint8 observations of shape [4, 84, 84]), fire reset; for "
         "training also episodic life and rewards clipped to [-1, 1]. The reported episode return is the unclipped "
-        "score of the whole game. ALE v5's sticky actions stay as Gymnasium sets them unless config says otherwise. "
+        "score of the whole game. Sticky actions: ALE v5 repeats the previous action with probability 0.25 unless "
+        "env.config.repeat_action_probability sets it (published Pong runs of CleanRL, EnvPool and RLlib use 0.0). "
         "Rollout workers step ALE's own vector env (the same frames, preprocessed in C++) when config holds no more "
         "than repeat_action_probability, full_action_space and max_num_frames_per_episode and there are no "
         "wrappers; otherwise, and in evaluation, single envs (made with frameskip=1) on Gymnasium's wrappers.",
@@ -327,8 +342,17 @@ class Condition(StrictModel):
     observed_generation: int | None = None
 
 
+class Failure(StrictModel):
+    """A head failure, counted against backoffLimit."""
+
+    attempt: int
+    reason: str = Field(description="HeadFailed, or OOMKilled when the head ran out of memory.")
+    message: str
+
+
 class RLExperimentStatus(StrictModel):
-    phase: Phase | None = None
+    # Not strict: the API server's JSON holds the phase's value, not the enum.
+    phase: Phase | None = Field(None, strict=False)
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     attempt: int | None = Field(None, description="Execution attempt; increases on every head (re)start.")
@@ -342,6 +366,8 @@ class RLExperimentStatus(StrictModel):
     message: str | None = None
     start_time: str | None = None
     completion_time: str | None = None
+    last_failure: Failure | None = Field(
+        None, description="The last head failure; the next attempt's message ends with it until that attempt trains.")
 
 
 class Metadata(BaseModel):

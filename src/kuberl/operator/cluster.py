@@ -1,6 +1,6 @@
 """The operator's narrow view of the Kubernetes API, through the official `kubernetes` client.
 
-Reads return plain JSON dicts (the API's own camelCase), so the pure functions of `status.py` and
+Reads return plain JSON dicts (the API's own camelCase), so the pure functions of `status/` and
 `builders/` never see client model classes. Writes are idempotent: creating what exists and
 deleting what is gone are not errors. The client is synchronous; callers run it in threads.
 """

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kuberl.api.contract import TrainerStatus
+from kuberl.api.types import Phase
 
 Key = tuple[str, str]  # (namespace, name)
 RETRY_BACKOFF = (2.0, 60.0)  # first and longest wait before a failed reconcile is tried again
@@ -28,7 +29,7 @@ class Experiment:
     generation: int | None = None  # the generation last reconciled for
     ensured: int | None = None  # the generation whose children this process already wrote
     ttl_seconds: int | None = None  # spec.ttlSecondsAfterFinished: a finished experiment with one is still polled
-    phase: str | None = None  # after the last reconcile
+    phase: Phase | None = None  # after the last reconcile
     head_ip: str | None = None
     trainer: TrainerStatus | None = None  # the trainer's progress last read
     next_poll: float | None = None  # time.monotonic() of the next poll; None: not polled
@@ -72,7 +73,7 @@ class ExperimentQueue:
     def forget(self, key: Key) -> None:
         self._records.pop(key, None)
 
-    def phases(self) -> dict[Key, str]:
+    def phases(self) -> dict[Key, Phase]:
         """{key: phase} of every experiment reconciled at least once (for the metrics)."""
         return {key: record.phase for key, record in self._records.items() if record.phase is not None}
 

@@ -8,7 +8,8 @@ diff-base annotations, and no extra PATCH and watch event for each change.
 
 Shared state lives in Kopf's operator-level memo (set up at start-up; per-object memos are shallow
 copies that share it): the settings, the API client, the experiments' records and their
-reconcile queue (`experiments.py`), and Kopf's event queue borrowed for the poll loop.
+reconcile queue (`experiments.py`). A pass's events go out through the API client
+(`Cluster.post_event`), whichever path started it: a watch event, a retry or the poll loop.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import urllib3
 from kubernetes.client import ApiException
 
 from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
-from kuberl.api.types import GROUP, PLURAL, VERSION
+from kuberl.api.types import GROUP, PLURAL, TERMINAL_PHASES, VERSION, Phase
 from kuberl.operator import metrics
 from kuberl.operator.cluster import Cluster, load_api_client
 from kuberl.operator.experiments import Experiment, ExperimentQueue, Key, retry_seconds
@@ -33,13 +34,13 @@ from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
 from kuberl.operator.settings import Settings
 from kuberl.operator.stateless import NoDiffBase, NoProgress
-from kuberl.operator.status import TERMINAL_PHASES, Event
+from kuberl.operator.status import Event
 
 MAX_PASSES = 8  # follow-up passes of one reconcile (observe what the previous pass did)
 SHORT_REQUEUE = 2.0
 API_THREADS = 32
 POLL_TICK = 0.5
-POLLED_PHASES = ("Starting", "Running")  # the phases in which the head's trainer serves its progress
+POLLED_PHASES = (Phase.STARTING, Phase.RUNNING)  # the phases in which the head's trainer serves its progress
 # Operators up to 0.1 used Kopf timers, which put this finalizer on every experiment.
 LEGACY_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 LOGGER = logging.getLogger("kuberl.operator")
@@ -129,7 +130,7 @@ async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
         decision, body = result.decision, result.body
         if decision.ensure_children and not decision.use_running_spec:
             record.ensured = body["metadata"].get("generation")
-        record.phase = decision.status.get("phase", "Pending")
+        record.phase = decision.status.phase or Phase.PENDING
         metrics.publish_phases(memo.experiments.phases())
         if decision.events:
             await asyncio.to_thread(_post_events, memo.cluster, body, decision.events)

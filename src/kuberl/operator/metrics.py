@@ -6,7 +6,7 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kuberl.api.types import PHASES
+from kuberl.api.types import Phase
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -18,8 +18,8 @@ RECONCILE_SECONDS = Histogram(
 EXPERIMENTS = Gauge("kuberl_operator_experiments", "RLExperiments by phase", ["phase"], registry=REGISTRY)
 
 
-def publish_phases(phases: dict[tuple[str, str], str]) -> None:
+def publish_phases(phases: dict[tuple[str, str], Phase]) -> None:
     """Set the experiments-by-phase gauge from the operator's view {(namespace, name): phase}."""
     counts = Tally(phases.values())
-    for phase in PHASES:
-        EXPERIMENTS.labels(phase=phase).set(counts.get(phase, 0))
+    for phase in Phase:
+        EXPERIMENTS.labels(phase=phase.value).set(counts.get(phase, 0))

@@ -1,4 +1,4 @@
-"""One reconcile pass of one experiment: observe -> decide (status.py) -> apply.
+"""One reconcile pass of one experiment: observe -> decide (status/) -> apply.
 
 Synchronous (the kubernetes client is); the Kopf handlers run it in a thread. It returns the
 decision and the events to post, and never keeps state of its own: what it needs across passes
@@ -22,7 +22,7 @@ from kuberl.api.contract import (
     RESTARTS_ANNOTATION,
     WORKER_ROLE,
 )
-from kuberl.api.types import RLExperiment
+from kuberl.api.types import TERMINAL_PHASES, RLExperiment
 from kuberl.api.validation import ManifestError, cluster_errors, validate_document
 from kuberl.operator import names
 from kuberl.operator.builders import (
@@ -45,14 +45,15 @@ from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
     KUEUE_MUTABLE_FIELDS,
     MUTABLE_FIELDS,
-    TERMINAL_PHASES,
     Decision,
     Observation,
     decide,
     pod_state,
     refused_changes,
+    status_of,
     with_mutable_fields,
 )
+from kuberl.operator.status.observation import STATUS_FIELDS
 
 MAX_ERRORS_SHOWN = 10
 CREATE_THREADS = 32
@@ -155,13 +156,13 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # deleted: the garbage collector removes the children
     meta = body["metadata"]
-    previous = dict(body.get("status") or {})
+    previous = status_of(body.get("status"))
     now = now or datetime.datetime.now(tz=datetime.UTC)
     experiment, errors = validate_body(body)
     resolved = resolve_experiment(experiment, settings, namespace) if experiment else None
     pods = [pod_state(p) for p in cluster.pods(namespace, selector(name))]
     live_pods = any(not p.deleting for p in pods)
-    terminal = previous.get("phase") in TERMINAL_PHASES
+    terminal = previous.phase in TERMINAL_PHASES
 
     generation = int(meta.get("generation") or 1)
     children_ready = ensured_generation == generation
@@ -246,13 +247,11 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
                              placement, owner, attempt=decision.worker_attempt, total=total)
                    for index in decision.create_workers]
         all_at_once([lambda body=body: cluster.create(body) for body in workers])
-    status = dict(decision.status)
-    status["selector"] = selector(name, WORKER_ROLE) if resolved else None
-    status = {k: v for k, v in status.items() if v is not None}
-    patch = _status_patch(body.get("status") or {}, status)
+    decision.status.selector = selector(name, WORKER_ROLE) if resolved else None
+    stored = {k: v for k, v in (body.get("status") or {}).items() if k in STATUS_FIELDS}  # the rest is not ours
+    patch = _status_patch(stored, decision.status.to_manifest())
     if patch:
         cluster.patch_experiment_status(namespace, name, patch)
-    decision.status = status
 
 
 def experiment_of_pod(body: dict[str, Any]) -> str | None:
