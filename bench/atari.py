@@ -7,6 +7,8 @@
 Every run is ALE/Pong-v5 with 2 rollout workers (RLlib: 2 env runners), each measured for --seconds
 after its warm-up (Ray started, actors built, first weights out; Ape-X: past learningStarts), one
 after another, so both sides see the same machine. An env step is one agent step (4 frames) on both.
+Both sides play with the same sticky actions, --sticky (repeat_action_probability; default 0.25, ALE
+v5's own, which overrides what the examples set), and every row says which.
 
 - kuberl `apex-dqn`: `env.preprocessing: atari` (84x84x4 uint8), examples/pong-apex.yaml's config with
   2 workers x 16 envs x 50 steps, 2 replay shards of --apex-capacity, learningStarts 2,000; sampling
@@ -55,32 +57,38 @@ RLLIB_PPO = RLlibRun(
 )
 
 
-def manifest_config(name: str, *overrides: str) -> Any:
-    """examples/<name> as `kuberl train -f ... --set learner.gpus=0 --set rollouts.workers=2 --set ...` reads it."""
+STICKY = "env.config.repeat_action_probability"
+
+
+def manifest_config(name: str, sticky: float, *overrides: str) -> Any:
+    """examples/<name> as `kuberl train -f ... --set learner.gpus=0 --set rollouts.workers=2 --set ...` reads it,
+    with `sticky` as its sticky actions."""
     from kuberl.trainer.algorithms.config import AlgorithmConfig
 
     return AlgorithmConfig.from_manifest(ROOT / "examples" / name,
-                                         ["learner.gpus=0", f"rollouts.workers={WORKERS}", *overrides])
+                                         ["learner.gpus=0", f"rollouts.workers={WORKERS}", f"{STICKY}={sticky}",
+                                          *overrides])
 
 
-def apex_config(capacity: int, seed: int, envs_per_worker: int | None = None) -> Any:
+def apex_config(capacity: int, seed: int, sticky: float, envs_per_worker: int | None = None) -> Any:
     envs = [f"rollouts.envsPerWorker={envs_per_worker}"] if envs_per_worker else []
-    return manifest_config("pong-apex.yaml", f"config.seed={seed}", "config.learningStarts=2000",
+    return manifest_config("pong-apex.yaml", sticky, f"config.seed={seed}", "config.learningStarts=2000",
                            "config.replayRatio=0.000000001", "replay.shards=2", f"replay.capacity={capacity}", *envs)
 
 
-def ppo_config(seed: int) -> Any:
-    return manifest_config("pong-ppo.yaml", f"config.seed={seed}")
+def ppo_config(seed: int, sticky: float) -> Any:
+    return manifest_config("pong-ppo.yaml", sticky, f"config.seed={seed}")
 
 
-def appo_config(seed: int) -> Any:
-    return manifest_config("pong-appo.yaml", f"config.seed={seed}")
+def appo_config(seed: int, sticky: float) -> Any:
+    return manifest_config("pong-appo.yaml", sticky, f"config.seed={seed}")
 
 
-def appo_defaults_config(seed: int) -> Any:
+def appo_defaults_config(seed: int, sticky: float) -> Any:
     from kuberl.trainer.algorithms.appo import APPOConfig
 
-    return APPOConfig().environment(ENV, preprocessing="atari").rollouts(workers=WORKERS).debugging(seed=seed)
+    return (APPOConfig().environment(ENV, env_config={"repeat_action_probability": sticky}, preprocessing="atari")
+            .rollouts(workers=WORKERS).debugging(seed=seed))
 
 
 def measure(config: Any, seconds: float, warm_steps: int = 0, updates_key: str | None = None) -> dict[str, Any]:
@@ -110,18 +118,20 @@ def measure(config: Any, seconds: float, warm_steps: int = 0, updates_key: str |
             "updatesPerSecond": (result["learner"][updates_key] - first_updates) / elapsed if updates_key else None,
             "seconds": elapsed, "envSteps": result["timesteps"] - first_steps, "warmupSeconds": startup,
             "loadAverage": [load, os.getloadavg()[0]], "episodeReturnMean": result["episodeReturnMean"],
+            "stickyActions": config.experiment.spec.env.config.get("repeat_action_probability"),
         }
     finally:
         algo.stop()
 
 
-def rllib_window(python: Path, spec: RLlibRun, seconds: float) -> dict[str, Any]:
+def rllib_window(python: Path, spec: RLlibRun, seconds: float, sticky: float) -> dict[str, Any]:
     spec.window = seconds
+    spec.sticky = sticky
     load = os.getloadavg()[0]
     # An iteration of RLlib's Atari PPO (4,000 steps, 10 epochs) takes minutes on 2 busy cores.
     run = run_rllib(python, spec, deadline_seconds=3 * seconds + 900)
     run.pop("curve", None)
-    return {**run, "loadAverage": [load, os.getloadavg()[0]]}
+    return {**run, "loadAverage": [load, os.getloadavg()[0]], "stickyActions": spec.sticky}
 
 
 def gpu_note() -> str:
@@ -141,7 +151,8 @@ def run_gpu(args: argparse.Namespace) -> int:
         return 2
     report: dict[str, Any] = {}
     for name, path in (("kuberl apex-dqn", "pong-apex.yaml"), ("kuberl ppo", "pong-ppo.yaml")):
-        config = AlgorithmConfig.from_manifest(ROOT / "examples" / path, [f"rollouts.workers={args.gpu_workers}"])
+        config = AlgorithmConfig.from_manifest(ROOT / "examples" / path, [f"rollouts.workers={args.gpu_workers}",
+                                                                          f"{STICKY}={args.sticky}"])
         config.stopping(episode_return_mean=18, time_seconds=int(args.gpu_cap))
         algo = config.build()
         t0 = time.perf_counter()
@@ -154,12 +165,14 @@ def run_gpu(args: argparse.Namespace) -> int:
         finally:
             algo.stop()
         report[name] = {"reached": mean is not None and mean >= 18, "timeSeconds": elapsed,
-                        "timesteps": result["timesteps"], "episodeReturnMean": mean}
+                        "timesteps": result["timesteps"], "episodeReturnMean": mean, "stickyActions": args.sticky}
         print(f"{name}: {report[name]}", flush=True)
-    theirs = RLlibRun(**{**RLLIB_APPO.__dict__, "env_runners": args.gpu_workers, "target": 18.0, "cap": args.gpu_cap})
+    theirs = RLlibRun(**{**RLLIB_APPO.__dict__, "env_runners": args.gpu_workers, "target": 18.0, "cap": args.gpu_cap,
+                         "sticky": args.sticky})
     theirs.learners = {**theirs.learners, "num_gpus_per_learner": 1}
     report["RLlib APPO"] = run_rllib(args.rllib_python, theirs)
     report["RLlib APPO"].pop("curve", None)
+    report["RLlib APPO"]["stickyActions"] = args.sticky
     print(f"RLlib APPO: {report['RLlib APPO']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
@@ -173,6 +186,8 @@ def main() -> int:
     parser.add_argument("--apex-envs", type=int, help="Ape-X envs per rollout worker (default: the example's)")
     parser.add_argument("--only", default="apex,ppo,appo,rllib-appo,rllib-ppo", help="runs to do, comma-separated")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sticky", type=float, default=0.25,
+                        help="sticky actions (repeat_action_probability) on both sides; 0.25 is ALE v5's default")
     parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--gpu", action="store_true", help="instead: wall time to a score of 18 on a GPU machine")
@@ -184,17 +199,21 @@ def main() -> int:
     os.environ.setdefault("KUBERL_TORCH_THREADS", "1")
     only = set(args.only.split(","))
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}, "
-          f"{os.cpu_count()} cores; {args.seconds:g} s windows; {gpu_note()}", flush=True)
+          f"{os.cpu_count()} cores; {args.seconds:g} s windows; sticky actions {args.sticky:g}; {gpu_note()}",
+          flush=True)
+    seed, sticky = args.seed, args.sticky
     runs = {
-        "kuberl apex-dqn": ("apex", lambda: measure(apex_config(args.apex_capacity, args.seed, args.apex_envs), args.seconds, 4_000, "updates")),
-        "kuberl ppo": ("ppo", lambda: measure(ppo_config(args.seed), args.seconds)),
-        "kuberl appo": ("appo", lambda: measure(appo_config(args.seed), args.seconds, 0, "updatesTotal")),
+        "kuberl apex-dqn": ("apex", lambda: measure(apex_config(args.apex_capacity, seed, sticky, args.apex_envs),
+                                                    args.seconds, 4_000, "updates")),
+        "kuberl ppo": ("ppo", lambda: measure(ppo_config(seed, sticky), args.seconds)),
+        "kuberl appo": ("appo", lambda: measure(appo_config(seed, sticky), args.seconds, 0, "updatesTotal")),
         "kuberl appo, defaults": ("appo-defaults",
-                                  lambda: measure(appo_defaults_config(args.seed), args.seconds, 0, "updatesTotal")),
-        "RLlib APPO": ("rllib-appo", lambda: rllib_window(args.rllib_python, RLLIB_APPO, args.seconds)),
-        "RLlib PPO": ("rllib-ppo", lambda: rllib_window(args.rllib_python, RLLIB_PPO, args.seconds)),
+                                  lambda: measure(appo_defaults_config(seed, sticky), args.seconds, 0, "updatesTotal")),
+        "RLlib APPO": ("rllib-appo", lambda: rllib_window(args.rllib_python, RLLIB_APPO, args.seconds, sticky)),
+        "RLlib PPO": ("rllib-ppo", lambda: rllib_window(args.rllib_python, RLLIB_PPO, args.seconds, sticky)),
     }
-    report: dict[str, Any] = {"seconds": args.seconds, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report: dict[str, Any] = {"seconds": args.seconds, "stickyActions": sticky,
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for name, (key, run) in runs.items():
         if key in only:
             for attempt in (1, 2):
@@ -207,21 +226,21 @@ def main() -> int:
             print(f"{name}: {json.dumps(report[name])}", flush=True)
     report["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
-    print(f"\n| run ({WORKERS} workers / env runners) | env steps/s | sampling alone | learner updates/s | "
-          "load average (start, end) |")
-    print("|---|---:|---:|---:|---|")
+    print(f"\n| run ({WORKERS} workers / env runners) | sticky actions | env steps/s | sampling alone | "
+          "learner updates/s | load average (start, end) |")
+    print("|---|---:|---:|---:|---:|---|")
     for name in runs:
         row = report.get(name)
         if row is None:
             continue
         if "error" in row:
-            print(f"| {name} | error: {row['error'][:200]} | | | |")
+            print(f"| {name} | {sticky:g} | error: {row['error'][:200]} | | | |")
             continue
         updates = row.get("updatesPerSecond")
         load = ", ".join(f"{x:.1f}" for x in row["loadAverage"])
         alone = row.get("samplingStepsPerSecond")
-        print(f"| {name} | {row['envStepsPerSecond']:,.1f} | {'-' if alone is None else f'{alone:,.1f}'} | "
-              f"{'-' if updates is None else f'{updates:.2f}'} | {load} |")
+        print(f"| {name} | {row['stickyActions']:g} | {row['envStepsPerSecond']:,.1f} | "
+              f"{'-' if alone is None else f'{alone:,.1f}'} | {'-' if updates is None else f'{updates:.2f}'} | {load} |")
     rllib_appo = report.get("RLlib APPO", {}).get("envStepsPerSecond")
     rllib_ppo = report.get("RLlib PPO", {}).get("envStepsPerSecond")
     for mine, theirs, name, goal in (("kuberl apex-dqn", rllib_appo, "Ape-X sampling / RLlib APPO", ">= 4"),

@@ -65,7 +65,7 @@ def kuberl_sampling_throughput(seconds: float, envs: int, fragment: int) -> floa
     try:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            steps += sum(batch.env_steps for batch in algo.workers.sample())
+            steps += sum(batch.env_steps for batch in algo.sampler.sample())
         return steps / (time.perf_counter() - t0)
     finally:
         algo.stop()

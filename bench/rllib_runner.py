@@ -10,7 +10,9 @@ Setups (`RLlibRun.setup`):
 - "plain": `config.environment(env)` with the algorithm's defaults.
 - "atari": RLlib's own Atari setup, as in its examples (rllib/examples/algorithms/{ppo/atari_ppo,
   appo/pong_appo}.py): `wrap_atari_for_new_api_stack` (64x64 grey, frame skip 4, noop reset, episodic
-  life, fire reset), frames stacked by the FrameStacking connectors, clipped rewards, their conv stack.
+  life, fire reset), frames stacked by the FrameStacking connectors, clipped rewards, their conv stack;
+  sticky actions `RLlibRun.sticky` (ALE v5's default 0.25 unless set: their examples use 0.0), so that a
+  bench gives both sides the same.
 - "mujoco": a MeanStdFilter connector on the observations, as in RLlib's mujoco_ppo.py example.
 """
 
@@ -80,6 +82,7 @@ class RLlibRun:
     algorithm: str  # "PPO", "APPO" or "DQN"
     env: str = "CartPole-v1"
     setup: str = "plain"  # "plain", "atari" or "mujoco"
+    sticky: float = 0.25  # "atari": repeat_action_probability (ALE v5's default)
     seed: int = 1
     env_runners: int | None = None  # None: the algorithm's default
     envs_per_runner: int | None = None
@@ -130,7 +133,7 @@ if spec["setup"] == "atari":
 
     register_env("atari", make_atari)
     config.environment("atari", env_config={"frameskip": 1, "full_action_space": False,
-                                            "repeat_action_probability": 0.0}, clip_rewards=True)
+                                            "repeat_action_probability": spec["sticky"]}, clip_rewards=True)
     runners["env_to_module_connector"] = lambda env, spaces=None, device=None: FrameStackingEnvToModule(num_frames=4)
     training["learner_connector"] = lambda obs_space, act_space: FrameStackingLearner(num_frames=4)
     config.rl_module(model_config=DefaultModelConfig(

@@ -279,6 +279,8 @@ CASES: tuple[BadInput, ...] = (
     C("rollouts.envsPerWorker", 5000, OUT_OF_RANGE, True),
     C("rollouts.fragmentLength", 0, OUT_OF_RANGE, True),
     C("rollouts.fragmentLength", 1.5, WRONG_TYPE, True),
+    C("rollouts.envThreads", 0, OUT_OF_RANGE, True),
+    C("rollouts.envThreads", "many", WRONG_TYPE, True),
     C("replay.shards", 257, OUT_OF_RANGE, True),
     C("replay.shards", 0, INCONSISTENT, False, base={"algorithm": "apex-dqn"}),
     C("replay.capacity", 0, OUT_OF_RANGE, True),

@@ -25,7 +25,7 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
     algo = _config(learning_starts=2_000, lr=1e-3).build()
     try:
         result = algo.train()
-        first_workers = list(algo.worker_actors)
+        first_workers = list(algo.sampler.actors)
         ray.kill(first_workers[0], no_restart=True)
         killed, replaced_after = time.monotonic(), None
         best = 0.0
@@ -42,7 +42,7 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
             best = max(best, result["episodeReturnMean"] or 0.0)
         assert restarts >= 1
         report_figures("apex-rollout-worker-killed", replaced_after_seconds=replaced_after, training_stopped=False)
-        assert algo.worker_actors[0] is not first_workers[0]
+        assert algo.sampler.actors[0] is not first_workers[0]
         assert set(reported_since_replacement) == {"worker_1", "worker_2"}  # the replacement samples again
         # random play averages about 22; both shards fill and the learner keeps updating
         assert best >= 60, best

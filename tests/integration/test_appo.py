@@ -113,7 +113,7 @@ def test_the_fragment_queue_stays_bounded_and_survives_losing_every_worker() -> 
 
         spaces = env_spaces("CartPole-v1")
         head = PolicyHead(spaces.observation_space, spaces.action_space, EncoderSpec((16,), "tanh"))
-        queue.broadcast(state_dict_to_numpy(head), 1)
+        queue.publish_weights(state_dict_to_numpy(head), 1)
         deadline = time.monotonic() + 120  # two actors to start on a busy machine
         while len(queue.queue) < 3 and time.monotonic() < deadline:
             queue.poll(timeout=0.2)

@@ -53,27 +53,33 @@ def test_to_device_pins_and_keeps_uint8_on_the_gpu():
     assert torch.equal(tensors["obs"].cpu(), torch.from_numpy(frames))
 
 
-def test_ppo_trains_on_cuda_and_its_checkpoint_restores_on_the_cpu(tmp_path):
-    algo = _ppo(1).build()
+def _trained_on_cuda_then_restored_on_the_cpu(make, tmp_path, iterations: int) -> tuple[dict, str]:
+    """Train `make(1)` on CUDA, save, restore into `make(0)` on the CPU: its weights equal the GPU's bit for bit,
+    and it trains on. Returns the GPU run's last result and a checkpoint the CPU run wrote."""
+    algo = make(1).build()
     try:
         assert all(p.device.type == "cuda" for p in algo.model.parameters())
-        for _ in range(3):
+        for _ in range(iterations):
             result = algo.train()
-        assert np.isfinite(result["learner"]["policyLoss"])
         uri = algo.save(tmp_path / "gpu-run")
         gpu_state = {k: v.cpu() for k, v in algo.model.state_dict().items()}
     finally:
         algo.stop()
-    cpu = _ppo(0).build()
+    cpu = make(0).build()
     try:
         cpu.restore(uri)
-        assert all(p.device.type == "cpu" for p in cpu.model.parameters())
         for key, value in cpu.model.state_dict().items():
-            assert torch.equal(value, gpu_state[key])
+            assert value.device.type == "cpu" and torch.equal(value, gpu_state[key])
         cpu.train()
         back_uri = cpu.save(tmp_path / "cpu-run")
     finally:
         cpu.stop()
+    return result, back_uri
+
+
+def test_ppo_trains_on_cuda_and_its_checkpoint_restores_on_the_cpu(tmp_path):
+    result, back_uri = _trained_on_cuda_then_restored_on_the_cpu(_ppo, tmp_path, iterations=3)
+    assert np.isfinite(result["learner"]["policyLoss"])
     gpu = _ppo(1).build()
     try:
         gpu.restore(back_uri)  # and the reverse: written on the CPU, restored onto the GPU
@@ -130,13 +136,13 @@ def test_dqn_trains_its_conv_q_network_on_cuda_and_restores_on_the_cpu(tmp_path)
 def test_in_process_ppo_samples_with_its_policy_on_the_gpu():
     algo = _ppo(1).build()
     try:
-        policy = algo.workers.local_worker.policy
+        policy = algo.sampler.local_worker.policy
         assert next(policy.actor.parameters()).device.type == "cuda"
         result = algo.train()
         assert result["timesteps"] == 8 * 16
         for key, value in algo.model.actor.state_dict().items():  # the synced weights are the learner's
             assert torch.equal(policy.actor.state_dict()[key], value)
-        actions = algo.workers.local_worker.sample().data["actions"]
+        actions = algo.sampler.local_worker.sample().data["actions"]
         assert actions.dtype == np.int64 and actions.min() >= 0 and actions.max() < 4
     finally:
         algo.stop()
@@ -149,24 +155,8 @@ def test_impala_trains_on_cuda_and_its_checkpoint_restores_on_the_cpu(tmp_path):
         config.document["spec"]["learner"] = {"gpus": gpus}
         return config
 
-    algo = impala(1).build()
-    try:
-        assert next(algo.model.parameters()).device.type == "cuda"
-        for _ in range(2):
-            result = algo.train()
-        assert result["learner"]["updates"] > 0 and np.isfinite(result["learner"]["policyLoss"])
-        uri = algo.save(tmp_path / "run")
-        gpu_state = {k: v.cpu() for k, v in algo.model.state_dict().items()}
-    finally:
-        algo.stop()
-    cpu = impala(0).build()
-    try:
-        cpu.restore(uri)
-        for key, value in cpu.model.state_dict().items():
-            assert value.device.type == "cpu" and torch.equal(value, gpu_state[key])
-        cpu.train()
-    finally:
-        cpu.stop()
+    result, _ = _trained_on_cuda_then_restored_on_the_cpu(impala, tmp_path, iterations=2)
+    assert result["learner"]["updates"] > 0 and np.isfinite(result["learner"]["policyLoss"])
 
 
 def test_sac_trains_on_cuda_under_bf16_and_restores_on_the_cpu(tmp_path):

@@ -82,9 +82,9 @@ def test_frames_stay_uint8_until_the_learner_and_state_restores(tmp_path):
     try:
         assert algo.observation_space.shape == (4, 84, 84) and algo.observation_space.dtype == np.uint8
         assert isinstance(algo.model.actor.net[0], ConvEncoder)
-        (batch,) = algo.workers.sample()
+        (batch,) = algo.sampler.sample()
         assert batch.data["obs"].dtype == np.uint8 and batch.data["obs"].shape == (16, 2, 4, 84, 84)
-        learner_batch = algo.postprocess([batch])
+        learner_batch = algo.learner.learner_batch([batch])
         assert learner_batch["obs"].dtype == torch.uint8
         algo.train()
         uri = algo.save(tmp_path / "run")

@@ -18,10 +18,10 @@ def test_two_actors_sample_in_parallel_and_survive_a_kill(ray_session) -> None:
         first = algo.train()
         assert first["sampler"]["batches"] == 2
         assert 2 * 4 * 32 - first["episodes"] <= first["timesteps"] <= 2 * 4 * 32
-        workers_seen = {ray.get(actor.ping.remote()) for actor in algo.workers.actors}
+        workers_seen = {ray.get(actor.ping.remote()) for actor in algo.sampler.actors}
         assert workers_seen == {1, 2}
 
-        ray.kill(algo.workers.actors[0], no_restart=True)
+        ray.kill(algo.sampler.actors[0], no_restart=True)
         second = algo.train()  # goes on with the surviving worker while the dead one is replaced
         assert second["iteration"] == 2 and second["timesteps"] > first["timesteps"]
         assert second["sampler"]["workerRestarts"] == 1
@@ -29,7 +29,7 @@ def test_two_actors_sample_in_parallel_and_survive_a_kill(ray_session) -> None:
         third = algo.train()  # the replacement samples with the current weights
         assert third["sampler"]["batches"] == 2
         assert third["sampler"]["workerRestarts"] == 1
-        replacement = algo.workers.actors[0]
+        replacement = algo.sampler.actors[0]
         assert ray.get(replacement.ping.remote()) == 1
         version = ray.get(replacement.__ray_call__.remote(lambda worker: worker.policy_version))
         assert version == algo.policy_version

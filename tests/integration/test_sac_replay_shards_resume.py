@@ -10,9 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from kuberl.trainer.algorithms.sac import LEARNER_FILE, SACConfig, ShardedSAC
+from kuberl.trainer.algorithms.sac import SACConfig, ShardedSAC
 from kuberl.trainer.algorithms.sharded import shard_stats
 from kuberl.trainer.distributed.shard_learner import BATCHES_PER_REQUEST
+from kuberl.trainer.learners.sac import LEARNER_FILE
 from kuberl.trainer.models.weights import torch_load_bytes
 
 pytestmark = pytest.mark.slow

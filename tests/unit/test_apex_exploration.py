@@ -12,8 +12,8 @@ from torch import nn
 
 from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithms.apex import apex_epsilons, worker_epsilon
-from kuberl.trainer.algorithms.dqn import QLearner
-from kuberl.trainer.distributed.shard_worker import ShardRolloutWorker
+from kuberl.trainer.distributed.shard_worker import ShardRolloutWorker, TransitionSettings
+from kuberl.trainer.learners.q import QLearner
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import WorkerConfig
@@ -22,8 +22,8 @@ from kuberl.trainer.sampling.rollout_worker import WorkerConfig
 def _worker(settings: dict) -> ShardRolloutWorker:
     params = ApexDQNParams(seed=1)
     config = WorkerConfig("CartPole-v1", num_envs=2, fragment_length=16, seed=1)
-    return ShardRolloutWorker(config, QPolicyFactory.from_params(params), 1, settings, gamma=0.99, n_step=3,
-                              learner=None)
+    return ShardRolloutWorker(config, QPolicyFactory.from_params(params), 1, settings,
+                              transitions=TransitionSettings(gamma=0.99, n_step=3), learner=None)
 
 
 def test_each_worker_warms_up_from_epsilon_start_to_its_own_epsilon_over_the_runs_env_steps() -> None:

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from kuberl.trainer.algorithms.appo import appo_loss
-from kuberl.trainer.algorithms.impala import impala_loss
+from kuberl.api.hyperparams import APPOParams, IMPALAParams
+from kuberl.trainer.learners.vtrace import Evaluation, appo_loss, impala_loss
 from kuberl.trainer.learning.vtrace import VTraceReturns
 
 
@@ -20,11 +20,15 @@ def targets(vs: torch.Tensor, advantages: torch.Tensor) -> VTraceReturns:
     return VTraceReturns(vs=vs, pg_advantages=advantages, rhos=torch.ones_like(vs))
 
 
+def current(logp, entropy, values) -> Evaluation:
+    return Evaluation(logp=logp, entropy=entropy, values=values, next_values=torch.zeros_like(values))
+
+
 def loss_of(logp, mu, target, advantages, **kw):
     zeros = torch.zeros_like(advantages)
     defaults = {"clip_param": 0.2, "target_worker_clipping": 2.0, "vf_coeff": 0.0, "entropy_coeff": 0.0}
-    return appo_loss(logp, mu, target, zeros, zeros, targets(zeros, advantages), torch.ones_like(advantages),
-                     **{**defaults, **kw})
+    return appo_loss(current(logp, zeros, zeros), mu, target, targets(zeros, advantages), torch.ones_like(advantages),
+                     APPOParams(**{**defaults, **kw}))
 
 
 def test_surrogate_ratio_is_pi_over_the_target_policy_and_takes_the_pessimistic_term() -> None:
@@ -61,8 +65,8 @@ def test_value_entropy_and_mask_terms() -> None:
     entropy = t(0.5, 0.7, 9.0)
     mask = t(1.0, 1.0, 0.0)  # the last row is no transition: it counts for nothing
     zeros = torch.zeros_like(values)
-    loss = appo_loss(zeros, zeros, zeros, entropy, values, targets(vs, zeros), mask, clip_param=0.2,
-                     target_worker_clipping=2.0, vf_coeff=0.5, entropy_coeff=0.1)
+    loss = appo_loss(current(zeros, entropy, values), zeros, zeros, targets(vs, zeros), mask,
+                     APPOParams(clip_param=0.2, target_worker_clipping=2.0, vf_coeff=0.5, entropy_coeff=0.1))
     assert loss.value.item() == pytest.approx(0.5 * (1.0 + 4.0) / 2)
     assert loss.entropy.item() == pytest.approx(0.6)
     assert loss.total.item() == pytest.approx(0.5 * 1.25 - 0.1 * 0.6)
@@ -71,8 +75,8 @@ def test_value_entropy_and_mask_terms() -> None:
 def test_impala_policy_term_is_the_vtrace_advantage_weighted_log_probability() -> None:
     logp = t(math.log(0.25), math.log(0.5)).requires_grad_()
     zeros = torch.zeros_like(logp)
-    loss = impala_loss(logp, zeros, zeros, targets(zeros, t(2.0, -1.0)), torch.ones_like(zeros), vf_coeff=0.5,
-                       entropy_coeff=0.0)
+    loss = impala_loss(current(logp, zeros, zeros), zeros, zeros, targets(zeros, t(2.0, -1.0)),
+                       torch.ones_like(zeros), IMPALAParams(vf_coeff=0.5, entropy_coeff=0.0))
     assert loss.policy.item() == pytest.approx(-(2.0 * math.log(0.25) - math.log(0.5)) / 2)
     loss.total.backward()
     assert logp.grad is not None

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from kuberl.trainer.sampling.atari_vector import GameScoreVector, vector_kwargs
+from kuberl.trainer.sampling import rollout_worker
+from kuberl.trainer.sampling.atari_vector import RESETS, GameScoreVector, vector_kwargs
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, gym_spec, make_vector_env
+from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 
 
 class ScriptedGames(gym.vector.VectorEnv):
@@ -41,13 +43,68 @@ def test_a_game_ends_with_its_last_life_and_reports_the_unclipped_score_the_rese
         (-3.0, False, 3), (0.0, True, 0),
     ]))
     env.reset(seed=0)
-    rewards, scores = [], []
+    rewards, scores, resets = [], [], []
     for _ in range(7):
         _, reward, terminated, _, info = env.step(np.array([0]))
         rewards.append(float(reward[0]))
         scores.append((float(info["game_return"][0]), int(info["game_length"][0])) if info["_game_return"][0] else None)
+        resets.append(bool(info[RESETS][0]))
     assert rewards == [1.0, 1.0, 1.0, 0.0, 0.0, -1.0, 0.0]  # clipped for the learner
     assert scores == [None, None, None, (12.0, 4), None, None, (-3.0, 2)]
+    assert resets == [False, False, False, True, False, False, True]  # game overs, not lost lives
+
+
+class NoOpPolicy:
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int):
+        pass
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True):
+        return np.zeros(len(obs), dtype=np.int64), {}
+
+    def set_weights(self, weights) -> None:
+        pass
+
+
+def test_after_a_lost_life_the_next_step_is_a_real_transition_and_only_a_game_over_resets(monkeypatch):
+    """ALE resets on the step after a game over, not after a lost life (which ends only the learner's episode)."""
+    script = [
+        (4.0, False, 3), (7.0, True, 2),  # a lost life
+        (1.0, False, 2),  # the game goes on: a real transition
+        (0.0, True, 0),  # game over
+        (0.0, False, 3),  # the autoreset step: no transition
+        (-3.0, False, 3),
+    ]
+    monkeypatch.setattr(rollout_worker, "make_vector_env", lambda *_, **__: GameScoreVector(ScriptedGames(script)))
+    worker = RolloutWorker(WorkerConfig("ALE/Pong-v5", num_envs=1, fragment_length=6, preprocessing="atari"),
+                           NoOpPolicy)
+    batch = worker.sample()
+    assert batch.data["valid"][:, 0].tolist() == [True, True, True, True, False, True]
+    assert batch.data["terminateds"][:, 0].tolist() == [False, True, False, True, False, False]
+    assert batch.env_steps == 5
+    assert [(e["return"], e["length"]) for e in batch.episodes] == [(12.0, 4)]
+
+
+class RandomPolicy(NoOpPolicy):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.n = int(action_space.n)
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True):
+        return self.rng.integers(0, self.n, len(obs)), {}
+
+
+def test_on_a_real_game_with_lives_only_the_step_after_a_game_over_is_a_reset_row():
+    """Breakout played at random loses a life every few dozen steps; ALE's reset observation is the one whose
+    stack is all zero frames but the newest, so the rows that are no transition are exactly those."""
+    config = WorkerConfig("ALE/Breakout-v5", num_envs=2, fragment_length=300, preprocessing="atari", seed=0)
+    worker = RolloutWorker(config, RandomPolicy)
+    try:
+        d = worker.sample().data
+    finally:
+        worker.stop()
+    reset_rows = d["next_obs"][:, :, :-1].reshape(*d["valid"].shape, -1).max(axis=-1) == 0
+    np.testing.assert_array_equal(~d["valid"], reset_rows)
+    assert (d["terminateds"][:-1] & d["valid"][1:]).sum() >= 4  # lost lives, each followed by a real step
 
 
 def test_registered_defaults_stay_unless_the_manifest_says_otherwise():

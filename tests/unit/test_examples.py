@@ -96,6 +96,19 @@ def test_one_gpu_pong_example_samples_in_the_learners_process_on_every_core_with
     assert spec.env.config["repeat_action_probability"] == 0.0
 
 
+# The sticky actions of each Pong example: what the published settings it follows use (CleanRL's ppo_atari and
+# RLlib's pong_appo.py: none), else ALE v5's own default, stated.
+PONG_STICKY_ACTIONS = {"pong-ppo.yaml": 0.0, "pong-appo.yaml": 0.0, "pong-ppo-1gpu.yaml": 0.0, "pong-apex.yaml": 0.25}
+
+
+def test_every_pong_example_states_its_sticky_actions():
+    assert set(PONG_STICKY_ACTIONS) == {p.name for p in EXAMPLES.glob("pong-*.yaml")}
+    for name, sticky in PONG_STICKY_ACTIONS.items():
+        text = (EXAMPLES / name).read_text()
+        assert load_manifest(text).spec.env.config.get("repeat_action_probability") == sticky, name
+        assert "sticky" in text.lower(), f"{name}: say why in a comment"
+
+
 @pytest.mark.parametrize(("name", "observation_shape"), [("pong-apex.yaml", (4, 84, 84)),
                                                          ("pong-appo.yaml", (4, 84, 84)),
                                                          ("pong-ppo.yaml", (4, 84, 84)),

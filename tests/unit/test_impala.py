@@ -66,7 +66,7 @@ def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> 
         uri = algo.save(tmp_path)
         obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
         expected = [algo.compute_single_action(o) for o in obs]
-        target = {k: v.clone() for k, v in algo.target_policy.state_dict().items()}
+        target = {k: v.clone() for k, v in algo.learner.target_policy.state_dict().items()}
         updates, timesteps = algo.updates, algo.timesteps
     finally:
         algo.stop()
@@ -75,7 +75,7 @@ def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> 
         fresh.restore(uri)
         assert [fresh.compute_single_action(o) for o in obs] == expected
         assert fresh.updates == updates and fresh.timesteps == timesteps
-        assert all((fresh.target_policy.state_dict()[k] == v).all() for k, v in target.items())
+        assert all((fresh.learner.target_policy.state_dict()[k] == v).all() for k, v in target.items())
         assert fresh.train()["learner"]["updatesTotal"] > updates
     finally:
         fresh.stop()
@@ -90,7 +90,8 @@ def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, res
     algo = _config(IMPALAConfig, env, env_config).build()
     try:
         d = _train_batch(algo)
-        _inputs, _logp, _entropy, values, next_values = algo.evaluate_batch(d)
+        evaluation = algo.learner.evaluate(d)
+        values, next_values = evaluation.values, evaluation.next_values
         with torch.no_grad():
             full = algo.model.value(d["next_obs"].flatten(0, 1)).view_as(values)
     finally:
@@ -113,10 +114,10 @@ def _train_batch(algo) -> dict:
     return algo.train_batch(fragments).tensors
 
 
-def _loss_with(algo, d: dict, target_is_current: bool):
-    algo.target_is_current = target_is_current
+def _loss_with(learner, d: dict, target_is_current: bool):
+    learner.target_is_current = target_is_current
     with torch.no_grad():
-        loss = algo.loss(d)
+        loss = learner.loss(d)
     return torch.stack([loss.total, loss.policy])
 
 
@@ -124,17 +125,18 @@ def test_appo_skips_the_target_policy_pass_only_right_after_a_sync() -> None:
     algo = _config(target_update_interval=3, lr=0.01).build()
     try:
         d = _train_batch(algo)
+        learner = algo.learner
         flags = []
         for _ in range(6):
-            algo.update(d)
-            flags.append(algo.target_is_current)
-        assert flags == [False, False, True, False, False, True] and algo.target_syncs == 2
+            learner.update(d)
+            flags.append(learner.target_is_current)
+        assert flags == [False, False, True, False, False, True] and learner.target_syncs == 2
         # Right after a sync pi_target is pi: the shortcut gives what the target policy's own pass gives.
-        torch.testing.assert_close(_loss_with(algo, d, True), _loss_with(algo, d, False), rtol=0, atol=0)
-        algo.target_is_current = True
-        algo.update(d)  # one step past the sync: the two differ, so the flag is what keeps them apart
-        assert not algo.target_is_current
-        assert not torch.allclose(_loss_with(algo, d, True), _loss_with(algo, d, False))
+        torch.testing.assert_close(_loss_with(learner, d, True), _loss_with(learner, d, False), rtol=0, atol=0)
+        learner.target_is_current = True
+        learner.update(d)  # one step past the sync: the two differ, so the flag is what keeps them apart
+        assert not learner.target_is_current
+        assert not torch.allclose(_loss_with(learner, d, True), _loss_with(learner, d, False))
     finally:
         algo.stop()
 
@@ -144,15 +146,16 @@ def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_fl
                    target_update_interval=2, model={"conv": [[8, 8, 4]], "hidden": [16]}).build()
     try:
         # CUDA's bf16 autocast where there is no GPU: the same casts on the CPU.
-        algo.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+        learner = algo.learner
+        learner.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
         seen: list[torch.dtype] = []
         target_seen: list[torch.dtype] = []
         algo.model.policy.encoder.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
-        algo.target_policy.encoder.register_forward_hook(lambda _m, _i, out: target_seen.append(out.dtype))
+        learner.target_policy.encoder.register_forward_hook(lambda _m, _i, out: target_seen.append(out.dtype))
         d = _train_batch(algo)
-        _inputs, logp, entropy, values, next_values = algo.evaluate_batch(d)
-        assert {t.dtype for t in (logp, entropy, values, next_values)} == {torch.float32}
-        terms = [algo.update(d) for _ in range(3)]  # the second runs the target policy's own pass
+        e = learner.evaluate(d)
+        assert {t.dtype for t in (e.logp, e.entropy, e.values, e.next_values)} == {torch.float32}
+        terms = [learner.update(d) for _ in range(3)]  # the second runs the target policy's own pass
         assert all(np.isfinite(list(t.values())).all() for t in terms)
         assert set(seen) == {torch.bfloat16} and len(seen) >= 4
         assert target_seen == [torch.bfloat16]  # one update of the three was not right after a sync

@@ -1,7 +1,9 @@
 """The import graph of src/kuberl, read with `ast`: no cycles, and the operator's side stays light.
 
-Only module-level imports count for cycles (an import inside a function runs when it is called,
-after every module is loaded); imports under `if TYPE_CHECKING:` never run. kuberl.api and
+Two graphs: the one Python runs at import time (module-level imports; an import inside a function runs
+when it is called, and imports under `if TYPE_CHECKING:` never run) must have no cycle, or loading
+fails; the whole one (every import anywhere, TYPE_CHECKING's too) must have none either, so that each
+module's dependencies point one way and it can be read without the modules that use it. kuberl.api and
 kuberl.operator must import neither torch, ray, gymnasium nor kuberl.trainer, anywhere: the
 operator's image does not have them.
 """
@@ -47,7 +49,7 @@ def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
     return names or [base]
 
 
-def _imports(module: str, *, module_level_only: bool) -> set[str]:
+def _imports(module: str, *, module_level_only: bool, type_checking: bool = False) -> set[str]:
     tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
     found: set[str] = set()
 
@@ -55,7 +57,7 @@ def _imports(module: str, *, module_level_only: bool) -> set[str]:
         for node in nodes:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 found.update(_imported(module, node))
-            elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
                 visit(node.orelse)
             elif module_level_only and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
@@ -71,6 +73,11 @@ def _imports(module: str, *, module_level_only: bool) -> set[str]:
 
 GRAPH: dict[str, set[str]] = {
     module: {name for name in _imports(module, module_level_only=True) if name in MODULES} for module in MODULES
+}
+
+EVERY_IMPORT: dict[str, set[str]] = {
+    module: {name for name in _imports(module, module_level_only=False, type_checking=True) if name in MODULES}
+    for module in MODULES
 }
 
 
@@ -112,8 +119,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read() -> None:
     assert "kuberl.trainer.distributed.shard_learner" in GRAPH["kuberl.trainer.algorithms.sharded"]
     assert "kuberl.api.algorithms" in GRAPH["kuberl.api.types"]
-    # TYPE_CHECKING imports do not count: base.py names AlgorithmConfig only for type hints.
-    assert "kuberl.trainer.algorithms.config" not in GRAPH["kuberl.trainer.algorithms.base"]
+    # TYPE_CHECKING imports do not run: base.py names Callbacks only for type hints.
+    assert "kuberl.trainer.run.callbacks" not in GRAPH["kuberl.trainer.algorithms.base"]
+    assert "kuberl.trainer.run.callbacks" in EVERY_IMPORT["kuberl.trainer.algorithms.base"]
+    assert "kuberl.trainer.storage.checkpoints" in EVERY_IMPORT["kuberl.trainer.algorithms.base"]  # in save()
 
 
 def test_finds_a_cycle_when_there_is_one() -> None:
@@ -123,6 +132,10 @@ def test_finds_a_cycle_when_there_is_one() -> None:
 
 def test_no_import_cycle_in_src() -> None:
     assert _cycles(GRAPH) == []
+
+
+def test_no_import_circle_counting_type_checking_and_function_imports() -> None:
+    assert _cycles(EVERY_IMPORT) == []
 
 
 def _heavy_imports(module: str) -> list[str]:
@@ -142,7 +155,7 @@ def test_heavy_imports_are_found() -> None:
     assert "torch" in _heavy_imports("kuberl.trainer.algorithms.ppo")
     assert "ray" in _heavy_imports("kuberl.trainer.sampling.worker_set")  # inside a function
     assert "gymnasium" in _heavy_imports("kuberl.trainer.run.checks")  # through sampling.envs
-    assert "kuberl.trainer.algorithms.config" in _heavy_imports("kuberl.trainer.run.evaluate")
+    assert "kuberl.trainer.algorithms.config" in _heavy_imports("kuberl.trainer.evaluation.checkpoint")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(LIGHT_PACKAGES)))

@@ -7,9 +7,14 @@ import pytest
 import torch
 
 from kuberl.trainer.algorithms.apex import apex_epsilons
-from kuberl.trainer.algorithms.dqn import q_targets, weighted_huber_loss
+from kuberl.trainer.learners.q import q_targets, weighted_huber_loss
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.replay.nstep import nstep_transitions
+
+
+def fragment(obs, actions, rewards, next_obs, terminateds, truncateds) -> dict:
+    return {"obs": obs, "actions": actions, "rewards": rewards, "next_obs": next_obs, "terminateds": terminateds,
+            "truncateds": truncateds}
 
 
 def _one_env(rewards, terminated, truncated, n, gamma=0.5):
@@ -17,9 +22,8 @@ def _one_env(rewards, terminated, truncated, n, gamma=0.5):
     obs = np.arange(steps, dtype=np.float32).reshape(steps, 1, 1)
     next_obs = obs + 100  # the observation after step t is 100 + t
     col = lambda x: np.asarray(x).reshape(steps, 1)  # noqa: E731
-    return nstep_transitions(
-        obs, col(np.arange(steps)), col(rewards), next_obs, col(terminated), col(truncated), gamma=gamma, n=n
-    )
+    return nstep_transitions(fragment(obs, col(np.arange(steps)), col(rewards), next_obs, col(terminated),
+                                      col(truncated)), gamma=gamma, n=n)
 
 
 def test_three_step_returns_inside_one_episode() -> None:
@@ -62,12 +66,12 @@ def test_many_envs_are_independent_and_time_major() -> None:
     truncated = np.zeros((steps, envs), dtype=bool)
     obs = rng.random((steps, envs, 2))
     next_obs = rng.random((steps, envs, 2))
-    batched = nstep_transitions(obs, np.zeros((steps, envs)), rewards, next_obs, terminated, truncated, gamma=0.9, n=2)
+    batched = nstep_transitions(fragment(obs, np.zeros((steps, envs)), rewards, next_obs, terminated, truncated),
+                                gamma=0.9, n=2)
     for e in range(envs):
-        single = nstep_transitions(
+        single = nstep_transitions(fragment(
             obs[:, e : e + 1], np.zeros((steps, 1)), rewards[:, e : e + 1], next_obs[:, e : e + 1],
-            terminated[:, e : e + 1], truncated[:, e : e + 1], gamma=0.9, n=2,
-        )
+            terminated[:, e : e + 1], truncated[:, e : e + 1]), gamma=0.9, n=2)
         for key in ("reward", "discount", "next_obs"):
             assert batched[key].reshape(steps, envs, -1)[:, e].squeeze() == pytest.approx(single[key].squeeze())
 

@@ -75,7 +75,7 @@ def test_save_then_restore_gives_the_same_actions(tmp_path: Path) -> None:
         observations = np.random.default_rng(0).normal(0, 0.5, size=(20, 4)).astype(np.float32)
         expected = [algo.compute_single_action(o) for o in observations]
         counters = (algo.iteration, algo.timesteps, algo.episodes, algo.episode_return_mean)
-        value_scale = (algo.value_scale.stats.mean, algo.value_scale.stats.std)
+        value_scale = (algo.learner.value_scale.stats.mean, algo.learner.value_scale.stats.std)
     finally:
         algo.stop()
     fresh = cartpole(seed=99, observation_filter="mean_std").build()
@@ -86,7 +86,7 @@ def test_save_then_restore_gives_the_same_actions(tmp_path: Path) -> None:
         assert before != expected  # an untrained policy acts otherwise, so the check means something
         assert (fresh.iteration, fresh.timesteps, fresh.episodes, fresh.episode_return_mean) == counters
         assert fresh.obs_filter.get_state().count == algo.obs_filter.get_state().count > 0
-        assert (fresh.value_scale.stats.mean, fresh.value_scale.stats.std) == value_scale
+        assert (fresh.learner.value_scale.stats.mean, fresh.learner.value_scale.stats.std) == value_scale
         assert fresh.train()["iteration"] == counters[0] + 1
     finally:
         fresh.stop()
@@ -130,7 +130,7 @@ def test_learner_gpus_without_a_visible_gpu_warns_and_trains_on_the_cpu() -> Non
 
 
 def test_value_scale_normalises_targets_and_inverts() -> None:
-    from kuberl.trainer.algorithms.ppo import ValueScale
+    from kuberl.trainer.learners.ppo import ValueScale
 
     scale = ValueScale()
     returns = np.random.default_rng(0).normal(-800.0, 300.0, size=4096)
@@ -139,3 +139,35 @@ def test_value_scale_normalises_targets_and_inverts() -> None:
     normalised = scale.normalize(returns)
     assert normalised.mean() == pytest.approx(0.0, abs=1e-3) and normalised.std() == pytest.approx(1.0, abs=1e-3)
     assert scale.denormalize(normalised) == pytest.approx(returns, rel=1e-4)
+
+
+def test_old_values_are_the_critics_own_outputs_while_the_returns_move_the_value_scale() -> None:
+    """The value clip is centred on what the critic output at sampling time, in the scale it was trained in; the
+    returns are normalised with the statistics this batch has just updated."""
+    import gymnasium as gym
+    import torch
+
+    from kuberl.api.hyperparams import PPOParams
+    from kuberl.trainer.learners.ppo import PPOLearner
+    from kuberl.trainer.models.actor_critic import ActorCritic
+    from kuberl.trainer.sampling.rollout_worker import SampleBatch
+
+    model = ActorCritic(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2), [16], "tanh")
+    learner = PPOLearner(model, PPOParams(), torch.device("cpu"), np.random.default_rng(0))
+    steps, envs = 32, 2
+    obs = np.random.default_rng(1).normal(size=(steps + 1, envs, 4)).astype(np.float32)
+    valid = np.ones((steps, envs), dtype=bool)
+    valid[9, 1] = False
+    data = {
+        "obs": obs[:-1], "next_obs": obs[1:], "actions": np.zeros((steps, envs), dtype=np.int64),
+        "rewards": np.full((steps, envs), 50.0, dtype=np.float32),  # returns far from the critic's unit scale
+        "terminateds": np.zeros((steps, envs), dtype=bool), "truncateds": np.zeros((steps, envs), dtype=bool),
+        "valid": valid, "logp": np.zeros((steps, envs), dtype=np.float32),
+    }
+    batch = learner.learner_batch([SampleBatch(data, [], int(valid.sum()), 0, 0)])
+    assert learner.value_scale.stats.mean > 100.0  # the batch moved the statistics a long way
+    with torch.no_grad():
+        critic = model.value(torch.from_numpy(data["obs"][valid])).numpy()
+    np.testing.assert_allclose(batch["values"].numpy(), critic, rtol=1e-5, atol=1e-6)
+    returns = batch["returns"].numpy()
+    assert returns.mean() == pytest.approx(0.0, abs=1e-3) and returns.std() == pytest.approx(1.0, abs=1e-2)

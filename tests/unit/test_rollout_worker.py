@@ -6,6 +6,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from kuberl.trainer.models.actor_critic import Actor
+from kuberl.trainer.models.encoders import EncoderSpec
+from kuberl.trainer.models.weights import state_dict_to_numpy
+from kuberl.trainer.sampling.policies import PPOPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 from kuberl.trainer.sampling.worker_set import WorkerSet
 from kuberl_testing.user_modules import importable_module
@@ -98,6 +102,38 @@ def test_same_seed_gives_the_same_batch() -> None:
     np.testing.assert_array_equal(a.data["actions"], b.data["actions"])
 
 
+def test_each_worker_gets_its_own_policy_seed_and_a_set_seed_repeats_them() -> None:
+    seen: list[int] = []
+
+    def factory(observation_space: gym.Space, action_space: gym.Space, seed: int) -> RandomPolicy:
+        seen.append(seed)
+        return RandomPolicy(observation_space, action_space, seed)
+
+    for seed in (None, None, 5, 5):
+        for index in (1, 2):
+            RolloutWorker(WorkerConfig("CartPole-v1", num_envs=1, fragment_length=1, seed=seed), factory, index).stop()
+    unseeded, seeded = seen[:4], seen[4:]
+    assert len(set(unseeded)) == 4  # unseeded runs draw independent seeds, even for the same worker index
+    assert seeded[:2] == seeded[2:] and seeded[0] != seeded[1]
+
+
+@pytest.mark.parametrize("seed", [None, 5])
+def test_workers_with_the_same_weights_explore_with_different_noise(seed: int | None) -> None:
+    """Ape-X's per-worker epsilons and every on-policy sampler rely on workers' noise being independent."""
+    config = WorkerConfig("CartPole-v1", num_envs=4, fragment_length=50, seed=seed)
+    encoder = EncoderSpec((16,), "tanh")
+    workers = [RolloutWorker(config, PPOPolicyFactory(encoder), index) for index in (1, 2)]
+    weights = state_dict_to_numpy(Actor(workers[0].env.single_observation_space, workers[0].action_space,
+                                        encoder.hidden, encoder.activation, encoder))
+    actions = []
+    for worker in workers:
+        worker.set_weights(weights, 1)
+        actions.append(worker.sample().data["actions"])
+        worker.stop()
+    # A nearly uniform policy: independent draws agree about half the time, shared noise always.
+    assert (actions[0] == actions[1]).mean() < 0.8
+
+
 def test_mean_std_filter_normalises_and_reports_its_delta() -> None:
     config = WorkerConfig("CartPole-v1", num_envs=4, fragment_length=50, observation_filter="mean_std", seed=1)
     worker = RolloutWorker(config, RandomPolicy)
@@ -110,7 +146,7 @@ def test_mean_std_filter_normalises_and_reports_its_delta() -> None:
 def test_in_process_worker_set_passes_weights_and_versions() -> None:
     workers = WorkerSet(WorkerConfig("CartPole-v1", num_envs=2, fragment_length=5), RandomPolicy, num_workers=0)
     try:
-        workers.sync_weights({"w": 1}, policy_version=4)
+        workers.publish_weights({"w": 1}, policy_version=4)
         [batch] = workers.sample()
         assert batch.policy_version == 4 and batch.worker == 0
         assert workers.local_worker.policy.weights == {"w": 1}

@@ -12,8 +12,8 @@ from torch.distributions import AffineTransform, Independent, Normal, TanhTransf
 
 from kuberl.api.hyperparams import SACParams
 from kuberl.api.validation import validate_document
-from kuberl.trainer.algorithms.sac import (
-    SACConfig,
+from kuberl.trainer.algorithms.sac import SACConfig
+from kuberl.trainer.learners.sac import (
     actor_loss,
     alpha_loss,
     build_sac_learner,

@@ -10,7 +10,8 @@ import torch
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.validation import load_manifest, validate_document
-from kuberl.trainer.algorithms.sac import SAC, SACConfig, ShardedSAC, critic_loss, sac_priorities
+from kuberl.trainer.algorithms.sac import SAC, SACConfig, ShardedSAC
+from kuberl.trainer.learners.sac import critic_loss, sac_priorities
 from kuberl.trainer.run.memory_budget import replay_memory_errors
 from kuberl.trainer.sampling.envs import EnvSpaces
 from kuberl_testing.manifests import experiment_manifest

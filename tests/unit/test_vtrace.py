@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from kuberl.trainer.learning.gae import compute_gae
-from kuberl.trainer.learning.vtrace import vtrace
+from kuberl.trainer.learning.vtrace import TraceClips, TraceSteps, vtrace
+
+
+def run_vtrace(mu, pi, rewards, values, next_values, terminateds, dones, *, gamma, **clips):
+    """vtrace() with the trajectory's tensors in the order the reference takes them."""
+    return vtrace(mu, pi, values, next_values, TraceSteps(rewards, terminateds, dones), gamma=gamma,
+                  clips=TraceClips(**clips))
 
 
 def reference_vtrace(mu_logp, pi_logp, rewards, values, next_values, terminateds, dones, gamma, rho_bar, c_bar,
@@ -84,7 +90,7 @@ def test_vtrace_matches_the_step_by_step_reference(name, bars) -> None:
     pi = mu + rng.normal(0.0, 0.6, T)  # ratios on both sides of 1, so the clipping matters
     rho_bar, c_bar, pg_rho_bar = bars
     tensors, dones = _tensors(case, mu, pi)
-    out = vtrace(*tensors, gamma=0.9, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
+    out = run_vtrace(*tensors, gamma=0.9, rho_bar=rho_bar, c_bar=c_bar, pg_rho_bar=pg_rho_bar)
     expected_vs, expected_adv = reference_vtrace(
         list(mu), list(pi), case[0], case[1], case[2], case[3], list(dones), 0.9, rho_bar, c_bar, pg_rho_bar
     )
@@ -96,10 +102,10 @@ def test_vtrace_matches_the_step_by_step_reference(name, bars) -> None:
 def test_terminated_step_target_is_its_reward_and_truncated_step_bootstraps() -> None:
     rewards, values, next_values, term, trunc, valid = CASES["terminated inside"]
     tensors, _ = _tensors(CASES["terminated inside"], np.zeros(5), np.zeros(5))
-    vs = vtrace(*tensors, gamma=0.9).vs[:, 0]
+    vs = run_vtrace(*tensors, gamma=0.9).vs[:, 0]
     assert vs[2].item() == pytest.approx(1.0)  # terminated: r only, V(next_obs) = 5.0 ignored
     tensors, _ = _tensors(CASES["truncated inside bootstraps"], np.zeros(5), np.zeros(5))
-    vs = vtrace(*tensors, gamma=0.9).vs[:, 0]
+    vs = run_vtrace(*tensors, gamma=0.9).vs[:, 0]
     assert vs[2].item() == pytest.approx(2.0 + 0.9 * 4.0)  # truncated: r + gamma V(final obs)
     assert vs[4].item() == pytest.approx(0.5 + 0.9 * 0.9)  # the last row bootstraps from V(next_obs)
 
@@ -121,7 +127,7 @@ def test_on_policy_vtrace_is_the_lambda_one_return_of_gae() -> None:
     _, returns = compute_gae(rewards, values, next_values, term, dones, 0.95, 1.0)
     logp = torch.zeros(T, N, dtype=torch.float64)
     t = lambda x: torch.as_tensor(x)  # noqa: E731
-    out = vtrace(logp, logp, t(rewards), t(values), t(next_values), t(term), t(dones), gamma=0.95)
+    out = run_vtrace(logp, logp, t(rewards), t(values), t(next_values), t(term), t(dones), gamma=0.95)
     np.testing.assert_allclose(out.vs.numpy(), returns, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.pg_advantages.numpy(), rewards + 0.95 * np.where(
         term, 0.0, np.where(dones, next_values, np.vstack([out.vs.numpy()[1:], next_values[-1:]]))) - values,
@@ -134,9 +140,9 @@ def test_clipping_bounds_the_correction_of_a_far_off_policy_step() -> None:
     pi = torch.log(torch.tensor([[1.0]], dtype=torch.float64))
     args = (torch.tensor([[1.0]]).double(), torch.tensor([[0.0]]).double(), torch.tensor([[0.0]]).double(),
             torch.tensor([[True]]), torch.tensor([[True]]))
-    assert vtrace(mu, pi, *args, gamma=0.9, rho_bar=1.0).vs.item() == pytest.approx(1.0)
-    assert vtrace(mu, pi, *args, gamma=0.9, rho_bar=None).vs.item() == pytest.approx(20.0)
-    assert vtrace(mu, pi, *args, gamma=0.9, pg_rho_bar=2.0).pg_advantages.item() == pytest.approx(2.0)
+    assert run_vtrace(mu, pi, *args, gamma=0.9, rho_bar=1.0).vs.item() == pytest.approx(1.0)
+    assert run_vtrace(mu, pi, *args, gamma=0.9, rho_bar=None).vs.item() == pytest.approx(20.0)
+    assert run_vtrace(mu, pi, *args, gamma=0.9, pg_rho_bar=2.0).pg_advantages.item() == pytest.approx(2.0)
 
 
 def test_bootstrap_rows_reuse_the_next_row_inside_an_episode_only() -> None:

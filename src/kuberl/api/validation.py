@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY
-from kuberl.api.hyperparams import CommonParams
+from kuberl.api.hyperparams import CommonParams, PPOParams
 from kuberl.api.podtemplate import template_errors
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
 
@@ -215,6 +215,14 @@ def hyperparams_for(experiment: RLExperiment) -> CommonParams:
         raise ManifestError(_pydantic_errors(exc, params_cls, "spec.config")) from None
 
 
+def _params_or_none(experiment: RLExperiment) -> CommonParams | None:
+    """The validated hyperparameters, or None where they are invalid (the hyperparameter check reports that)."""
+    try:
+        return hyperparams_for(experiment)
+    except ManifestError:
+        return None
+
+
 def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     """What no schema can say: combinations of fields that cannot work together."""
     spec = experiment.spec
@@ -243,10 +251,10 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
             errors.append(FieldError("spec.checkpoint.keepBest", "needs spec.evaluation"))
     if entry.off_policy and spec.replay.capacity < max(shards, spec.replay.shards or 0):
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
-    if spec.algorithm == "ppo" and spec.config.get("minibatchSize", spec.config.get("minibatch_size")) is not None:
+    params = _params_or_none(experiment)
+    if isinstance(params, PPOParams) and "minibatch_size" in params.model_fields_set:
         batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)
-        minibatch = spec.config.get("minibatchSize", spec.config.get("minibatch_size"))
-        if isinstance(minibatch, int) and minibatch > batch:
+        if params.minibatch_size > batch:
             errors.append(
                 FieldError(
                     "spec.config.minibatchSize",

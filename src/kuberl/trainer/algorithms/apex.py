@@ -18,8 +18,8 @@ import torch
 
 from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithms.config import AlgorithmConfig
-from kuberl.trainer.algorithms.dqn import QLearner
 from kuberl.trainer.algorithms.sharded import ShardedReplay, shard_stats
+from kuberl.trainer.learners.q import QLearner
 from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.greedy import GreedyQ
@@ -47,8 +47,8 @@ def worker_epsilon(own: float, timesteps: int, start: float, warmup_timesteps: i
 
 
 def build_apex_learner(observation_space: gym.Space, action_space: gym.Space, params: ApexDQNParams,
-                       device: torch.device) -> QLearner:
-    return QLearner(build_q_network(observation_space, action_space, params), params, device)
+                       device: torch.device, bf16: bool = False) -> QLearner:
+    return QLearner(build_q_network(observation_space, action_space, params), params, device, bf16)
 
 
 class ApexDQNConfig(AlgorithmConfig):

@@ -26,12 +26,13 @@ from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
+from kuberl.trainer.sampling.sampler import Sampler
+from kuberl.trainer.sampling.worker_set import WorkerSet
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
     from kuberl.api.types import RLExperiment
-    from kuberl.trainer.algorithms.config import AlgorithmConfig
-    from kuberl.trainer.sampling.worker_set import WorkerSet
+    from kuberl.trainer.run.callbacks import Callbacks
 
 RETURN_WINDOW = 100
 COUNTERS_FILE = "counters.json"
@@ -58,12 +59,11 @@ def seed_everything(seed: int | None) -> np.random.Generator:
 class Algorithm:
     """One experiment's training state; `train()` runs one iteration."""
 
-    def __init__(self, config: AlgorithmConfig):
-        self.config = config
-        self.experiment: RLExperiment = config.experiment
-        self.spec = self.experiment.spec
-        self.params: CommonParams = config.params
-        self.callbacks = config.build_callbacks()
+    def __init__(self, experiment: RLExperiment, params: CommonParams, callbacks: Callbacks):
+        self.experiment = experiment
+        self.spec = experiment.spec
+        self.params = params
+        self.callbacks = callbacks
         self.episode_sink: Callable[[dict[str, Any]], None] | None = None
         self.iteration = 0
         self.timesteps = 0
@@ -80,7 +80,7 @@ class Algorithm:
         self.action_space = spaces.action_space
         self.frame_stack = spaces.frame_stack
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
-        self.workers: WorkerSet | None = None
+        self.sampler: Sampler | None = None  # set by setup(): the rollout workers, however they run
         self.setup()
 
     # -- what a subclass implements --------------------------------------------------------------
@@ -139,15 +139,15 @@ class Algorithm:
     def sync_weights(self) -> None:
         """Publish the learner's weights to every rollout worker."""
         self.policy_version += 1
-        if self.workers is not None:
-            self.workers.sync_weights(self.worker_weights(), self.policy_version)
+        if self.sampler is not None:
+            self.sampler.publish_weights(self.worker_weights(), self.policy_version)
 
     def sync_filters(self, batches: list[SampleBatch]) -> None:
         """Merge the workers' filter deltas into the master filter and send it back to them."""
         for batch in batches:
             self.obs_filter.apply_delta(batch.filter_delta)
-        if self.workers is not None:
-            self.workers.sync_filter(self.obs_filter.get_state())
+        if self.sampler is not None:
+            self.sampler.sync_filter(self.obs_filter.get_state())
 
     def record_episodes(self, records: list[dict[str, Any]]) -> None:
         """Count finished episodes, feed the return window, the sink and the callbacks."""
@@ -161,8 +161,8 @@ class Algorithm:
 
     def collect(self) -> list[SampleBatch]:
         """Sample every worker once, then sync filters and record the finished episodes."""
-        assert self.workers is not None
-        batches = self.workers.sample()
+        assert isinstance(self.sampler, WorkerSet), "collect() samples a WorkerSet"
+        batches = self.sampler.sample()
         self.sync_filters(batches)
         for batch in batches:
             self.record_episodes(batch.episodes)
@@ -192,8 +192,8 @@ class Algorithm:
             "policyVersion": self.policy_version,
             **stats,
         }
-        if self.workers is not None:
-            result.setdefault("sampler", {})["workerRestarts"] = self.workers.restarts
+        if self.sampler is not None:
+            result.setdefault("sampler", {})["workerRestarts"] = self.sampler.restarts
         self.callbacks.on_train_result(algorithm=self, result=result)
         return result
 
@@ -240,8 +240,8 @@ class Algorithm:
         self.load_learner_state(files)
         self.policy_version -= 1  # sync_weights counts the broadcast below
         self.sync_weights()
-        if self.workers is not None:
-            self.workers.sync_filter(self.obs_filter.get_state())
+        if self.sampler is not None:
+            self.sampler.sync_filter(self.obs_filter.get_state())
 
     def save(self, uri_or_path: str) -> str:
         """Write a checkpoint under a run root (file:// path, plain path or s3://); returns its URI."""
@@ -272,9 +272,9 @@ class Algorithm:
 
     def evaluation_policy(self) -> tuple[PolicyFactory, Any]:
         """What evaluation actors run: the rollout workers' policy factory and the weights it loads."""
-        if self.workers is None:
+        if self.sampler is None:
             raise NotImplementedError(f"{type(self).__name__} has no rollout workers; override evaluation_policy()")
-        return self.workers.policy_factory, self.worker_weights()
+        return self.sampler.policy_factory, self.worker_weights()
 
     def play(self, seeds: list[int], *, explore: bool = False, env_config: dict[str, Any] | None = None,
              record_first: bool = False) -> PlayedEpisodes:
@@ -301,8 +301,8 @@ class Algorithm:
         }
 
     def stop(self) -> None:
-        if self.workers is not None:
-            self.workers.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
 
     def __enter__(self) -> Algorithm:
         return self

@@ -199,7 +199,7 @@ class AlgorithmConfig:
 
     def build(self) -> Algorithm:
         self.validate()
-        return self.algorithm_class()(self)
+        return self.algorithm_class()(self.experiment, self.params, self.build_callbacks())
 
     def build_callbacks(self) -> Callbacks:
         """The hooks set from Python, else those spec.callbacks names, else none."""

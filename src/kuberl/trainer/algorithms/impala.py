@@ -10,14 +10,14 @@ learner that corrects for their policy lag with V-trace.
 - Each update's batch carries the policy versions that sampled it: the lag (learner version - behaviour
   version, in broadcasts and in updates) is reported per iteration as mean and max.
 
-The loss: V-trace targets (`kuberl.trainer.learning.vtrace`) for the critic, the policy gradient with
-V-trace advantages, an entropy bonus. APPO (`kuberl.trainer.algorithms.appo`) swaps the policy term.
+The update (`VTraceLearner` with `impala_loss`: V-trace targets for the critic, the policy gradient with
+V-trace advantages, an entropy bonus) reads top to bottom in `kuberl.trainer.learners.vtrace`; APPO
+(`kuberl.trainer.algorithms.appo`) is the same algorithm with `appo_loss` and a target policy.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,18 +30,15 @@ from kuberl.api.hyperparams import IMPALAParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
-from kuberl.trainer.learning.device import learner_autocast, to_device
-from kuberl.trainer.learning.vtrace import VTraceReturns, bootstrap_rows, next_values_from, vtrace
+from kuberl.trainer.learners.vtrace import VTraceLearner, impala_loss
+from kuberl.trainer.learning.device import to_device
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.policy_value import PolicyValueNet
-from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
+from kuberl.trainer.models.weights import state_dict_to_numpy
 from kuberl.trainer.sampling.policies import PolicyHeadFactory
 from kuberl.trainer.sampling.rollout_worker import SampleBatch
 
-MODEL_FILE = "model.pt"
-OPTIMIZER_FILE = "optimizer.pt"
-LEARNER_FILE = "learner.json"
 BATCH_KEYS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", "valid", "logp")
 
 
@@ -50,28 +47,6 @@ class IMPALAConfig(AlgorithmConfig):
 
     def algorithm_class(self) -> type[IMPALA]:
         return IMPALA
-
-
-@dataclass
-class LossTerms:
-    total: torch.Tensor
-    policy: torch.Tensor
-    value: torch.Tensor
-    entropy: torch.Tensor
-    extra: dict[str, torch.Tensor]
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def impala_loss(logp: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, targets: VTraceReturns,
-                mask: torch.Tensor, *, vf_coeff: float, entropy_coeff: float) -> LossTerms:
-    """-log pi(a|s) times the V-trace advantage, plus the critic's squared error to v_s, minus the entropy bonus."""
-    policy = -masked_mean(logp * targets.pg_advantages, mask)
-    value = 0.5 * masked_mean((values - targets.vs) ** 2, mask)
-    entropy_mean = masked_mean(entropy, mask)
-    return LossTerms(policy + vf_coeff * value - entropy_coeff * entropy_mean, policy, value, entropy_mean, {})
 
 
 @dataclass(eq=False)
@@ -86,9 +61,8 @@ class IMPALA(Algorithm):
 
     def setup(self) -> None:
         p, spec = self.params, self.spec
-        self.model = PolicyValueNet(self.observation_space, self.action_space, EncoderSpec.from_params(p)).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=p.lr, eps=1e-5, foreach=True)
-        self.updates = 0
+        model = PolicyValueNet(self.observation_space, self.action_space, EncoderSpec.from_params(p))
+        self.learner = self.make_learner(model)
         self.published_at: dict[int, int] = {}  # policy version -> learner updates when it was broadcast
         self.buffer: list[TrainBatch] = []
         fragment_steps = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length
@@ -99,6 +73,17 @@ class IMPALA(Algorithm):
         )
         self.sync_weights()
 
+    def make_learner(self, model: PolicyValueNet) -> VTraceLearner:
+        return VTraceLearner(model, self.params, self.device, loss=impala_loss, bf16=self.spec.learner.bf16)
+
+    @property
+    def model(self) -> PolicyValueNet:
+        return self.learner.model
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
     # -- weights ---------------------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:
         return state_dict_to_numpy(self.model.policy)
@@ -107,11 +92,12 @@ class IMPALA(Algorithm):
         return self.sampler.workers.policy_factory, self.worker_weights()
 
     def sync_weights(self) -> None:
-        self.policy_version += 1
+        """Publish the weights (every `broadcast_interval` updates), noting the learner's updates at that version
+        so that each batch's policy lag can be counted in updates too, and send the filter with them."""
+        super().sync_weights()
         self.published_at[self.policy_version] = self.updates
         for old in [v for v in self.published_at if v < self.policy_version - 10_000]:
             del self.published_at[old]
-        self.sampler.broadcast(self.worker_weights(), self.policy_version)
         self.sampler.sync_filter(self.obs_filter.get_state())
 
     # -- one iteration ---------------------------------------------------------------------------
@@ -141,7 +127,7 @@ class IMPALA(Algorithm):
                 batch = self.buffer[int(self.np_random.integers(len(self.buffer)))]
                 lags.extend((self.policy_version - batch.versions).tolist())
                 lag_updates.extend(self.updates - self.published_at.get(int(v), 0) for v in batch.versions)
-                for key, value in self.update(batch.tensors).items():
+                for key, value in self.learner.update(batch.tensors).items():
                     sums[key] = sums.get(key, 0.0) + value
                 batch.uses += 1
                 if batch.uses >= p.batch_reuse:
@@ -155,7 +141,7 @@ class IMPALA(Algorithm):
         learner = {key: value / updates for key, value in sums.items()}
         learner.update(
             updates=updates, updatesTotal=self.updates, updatesPerSecond=updates / elapsed,
-            lr=self.optimizer.param_groups[0]["lr"], waitSeconds=waited, bufferBatches=len(self.buffer),
+            lr=self.learner.optimizer.param_groups[0]["lr"], waitSeconds=waited, bufferBatches=len(self.buffer),
             policyLagMean=float(np.mean(lags)), policyLagMax=int(np.max(lags)),
             policyLagUpdatesMean=float(np.mean(lag_updates)), policyLagUpdatesMax=int(np.max(lag_updates)),
         )
@@ -186,60 +172,6 @@ class IMPALA(Algorithm):
         arrays["dones"] = arrays["terminateds"] | arrays["truncateds"] | ~arrays["valid"]
         return TrainBatch(to_device(arrays, self.device), np.array([f.policy_version for f in fragments]))
 
-    # -- the update ------------------------------------------------------------------------------
-    def autocast(self) -> Any:
-        """Where the learner's forward passes run: under bfloat16 autocast when `spec.learner.bf16` asks for it
-        (CUDA). What they give is cast back to float32 for the losses and V-trace."""
-        return learner_autocast(self.device, self.spec.learner.bf16)
-
-    def evaluate_batch(self, d: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """The distribution inputs, log pi(a|s), entropy, V(s) and V(next_obs) of the current model."""
-        T, B = d["rewards"].shape
-        with self.autocast():
-            inputs, values = self.model.evaluate(d["obs"].flatten(0, 1))
-        inputs, values = inputs.float(), values.float().view(T, B)
-        logp, entropy = self.model.policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
-        with torch.no_grad():
-            reuse, compute = bootstrap_rows(d["terminateds"], d["dones"], d["valid"])
-            computed = None
-            if compute.any():
-                with self.autocast():
-                    computed = self.model.value(d["next_obs"][compute]).float()
-            next_values = next_values_from(values.detach(), reuse, computed, compute)
-        return inputs, logp.view(T, B), entropy.view(T, B), values, next_values
-
-    def targets(self, target_logp: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-                d: dict[str, torch.Tensor]) -> VTraceReturns:
-        p = self.params
-        return vtrace(d["logp"], target_logp.detach(), d["rewards"], values.detach(), next_values, d["terminateds"],
-                      d["dones"], gamma=p.gamma, rho_bar=p.rho_bar, c_bar=p.c_bar, pg_rho_bar=p.pg_rho_bar)
-
-    def loss(self, d: dict[str, torch.Tensor]) -> LossTerms:
-        p = self.params
-        _inputs, logp, entropy, values, next_values = self.evaluate_batch(d)
-        targets = self.targets(logp, values, next_values, d)
-        loss = impala_loss(logp, entropy, values, targets, d["valid"].float(), vf_coeff=p.vf_coeff,
-                           entropy_coeff=p.entropy_coeff)
-        loss.extra["meanRho"] = masked_mean(targets.rhos, d["valid"].float())
-        return loss
-
-    def update(self, d: dict[str, torch.Tensor]) -> dict[str, float]:
-        p = self.params
-        loss = self.loss(d)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        if p.grad_clip is not None:
-            for group in self.model.clip_groups():
-                nn.utils.clip_grad_norm_(group, p.grad_clip, foreach=True)
-        self.optimizer.step()
-        self.updates += 1
-        self.after_update()
-        terms = {"policyLoss": loss.policy, "valueLoss": loss.value, "entropy": loss.entropy, **loss.extra}
-        return {key: float(value.detach()) for key, value in terms.items()}
-
-    def after_update(self) -> None:
-        """Hook for subclasses (APPO's target policy)."""
-
     # -- acting and state ------------------------------------------------------------------------
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         with torch.no_grad():
@@ -250,22 +182,14 @@ class IMPALA(Algorithm):
         return GreedyActor(copy.deepcopy(self.model.policy).cpu().eval())
 
     def learner_state(self) -> dict[str, bytes]:
-        return {
-            MODEL_FILE: torch_bytes(self.model.state_dict()),
-            OPTIMIZER_FILE: torch_bytes(self.optimizer.state_dict()),
-            LEARNER_FILE: json.dumps({"updates": self.updates}).encode(),
-        }
+        return self.learner.state_files()
 
     def load_learner_state(self, files: dict[str, bytes]) -> None:
-        self.model.load_state_dict(torch_load_bytes(files[MODEL_FILE], self.device))
-        if OPTIMIZER_FILE in files:
-            self.optimizer.load_state_dict(torch_load_bytes(files[OPTIMIZER_FILE], self.device))
-        if LEARNER_FILE in files:
-            self.updates = int(json.loads(files[LEARNER_FILE])["updates"])
+        self.learner.load_state_files(files)
         self.buffer.clear()  # batches of the run before: their lag no longer means anything
 
     def stop(self) -> None:
         self.sampler.stop()
 
 
-__all__ = ["IMPALA", "IMPALAConfig", "impala_loss"]
+__all__ = ["IMPALA", "IMPALAConfig"]

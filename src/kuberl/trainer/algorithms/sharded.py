@@ -39,7 +39,8 @@ from kuberl.trainer.distributed.shard_learner import (
     ShardLearner,
     ShardParams,
 )
-from kuberl.trainer.distributed.shard_worker import Priorities, ShardRolloutWorker
+from kuberl.trainer.distributed.shard_worker import Priorities, ShardRolloutWorker, TransitionSettings
+from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
 from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, frames_per_transition, replay_bytes
@@ -106,10 +107,8 @@ class ShardedReplay(Algorithm):
         ray.get(self.learner.start.remote())
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.cpus_per_worker = min(1.0, total_cpus / self.num_workers)
-        self.policy_factory = self.make_policy_factory()
-        self.worker_actors = [self._start_worker(i) for i in range(self.num_workers)]
-        self.in_flight: dict[Any, int] = {}
-        self.worker_restarts = 0
+        self.sampler = ShardWorkerPool(self._start_worker, self.num_workers, self.make_policy_factory())
+        self.sampler.sync_filter(self.obs_filter.get_state())
         self.shard_restarts = 0
         self.last_shard_stats: dict[int, dict[str, Any]] = {}
         self.worker_nodes: dict[int, str] = {}
@@ -134,8 +133,8 @@ class ShardedReplay(Algorithm):
             node = ray.get_runtime_context().get_node_id()
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
         actor = ray.remote(ShardLearner).options(**options)
-        return actor.remote(type(self).learner_builder, self.observation_space, self.action_space, self.params, gpus,
-                            self.shards)
+        return actor.remote(type(self).learner_builder, self.observation_space, self.action_space, self.params,
+                            self.spec.learner, self.shards)
 
     def _start_worker(self, position: int) -> Any:
         import ray
@@ -144,9 +143,10 @@ class ShardedReplay(Algorithm):
             num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy="SPREAD", **ACTOR_OPTIONS
         )
         return actor.remote(
-            self.worker_config(), self.policy_factory, position + 1, self.sampling_settings(position, self.timesteps),
-            gamma=self.params.gamma, n_step=self.params.n_step, learner=self.learner,
-            priorities=type(self).initial_priorities, stack_depth=self.layout.stack_depth,
+            self.worker_config(), self.make_policy_factory(), position + 1, self.sampling_settings(position, self.timesteps),
+            transitions=TransitionSettings(self.params.gamma, self.params.n_step, self.layout.stack_depth,
+                                           type(self).initial_priorities),
+            learner=self.learner,
         )
 
     def _start_shard(self, index: int) -> Any:
@@ -154,15 +154,6 @@ class ShardedReplay(Algorithm):
                                   **self.shard_options)
 
     # -- supervision ---------------------------------------------------------------------------------
-    def _replace_worker(self, position: int) -> None:
-        import ray
-
-        with contextlib.suppress(Exception):  # it is already gone
-            ray.kill(self.worker_actors[position], no_restart=True)
-        self.worker_actors[position] = self._start_worker(position)
-        self.worker_restarts += 1
-        log.warning("rollout worker %d died; replaced it (%d so far)", position + 1, self.worker_restarts)
-
     def _replace_shard(self, index: int) -> None:
         import ray
 
@@ -203,29 +194,18 @@ class ShardedReplay(Algorithm):
                 throttled += 0.01
                 time.sleep(0.01)
             else:
-                for position, actor in enumerate(self.worker_actors):
-                    if position not in self.in_flight.values():
-                        settings = self.sampling_settings(position, self.timesteps + env_steps)
-                        call = actor.run.remote(self.fragments_per_call, self.shards, self.obs_filter.get_state(),
-                                                settings)
-                        self.in_flight[call] = position
+                timesteps = self.timesteps + env_steps
+                self.sampler.dispatch(lambda position, obs_filter, timesteps=timesteps: (
+                    self.fragments_per_call, self.shards, obs_filter, self.sampling_settings(position, timesteps)))
             remaining = deadline - time.perf_counter()
             if remaining <= 0 and env_steps > 0:
                 break
-            if not self.in_flight:
-                continue
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=max(remaining, 0.05))
-            for ref in ready:
-                position = self.in_flight.pop(ref)
-                try:
-                    report = ray.get(ref)
-                except actor_died_errors():
-                    self._replace_worker(position)
-                    continue
+            for report in self.sampler.reports(timeout=max(remaining, 0.05)):
                 env_steps += report["envSteps"]
                 self.sent_bytes += report["sentBytes"]
                 self.sent_transitions += report["sentTransitions"]
                 self.obs_filter.apply_delta(report["filterDelta"])
+                self.sampler.sync_filter(self.obs_filter.get_state())
                 self.record_episodes(report["episodes"])
                 self.worker_nodes[report["worker"]] = report["node"]
                 mine = per_worker.setdefault(report["worker"], {"envSteps": 0, "seconds": 0.0})
@@ -262,7 +242,7 @@ class ShardedReplay(Algorithm):
             "replay": replay,
             "workers": workers,
             "sampler": {
-                "workerRestarts": self.worker_restarts, "shardRestarts": self.shard_restarts,
+                "workerRestarts": self.sampler.restarts, "shardRestarts": self.shard_restarts,
                 "throttledSeconds": throttled,
             },
         }
@@ -289,7 +269,7 @@ class ShardedReplay(Algorithm):
         return None  # workers fetch weights from the learner themselves
 
     def evaluation_policy(self) -> tuple[PolicyFactory, dict[str, np.ndarray]]:
-        return self.policy_factory, state_dict_to_numpy(self.refreshed_local_model())
+        return self.sampler.policy_factory, state_dict_to_numpy(self.refreshed_local_model())
 
     def refreshed_local_model(self) -> torch.nn.Module:
         """The local model with the learner's latest published weights."""
@@ -327,7 +307,7 @@ class ShardedReplay(Algorithm):
             self.final_learner_files = ray.get(self.learner.state_files.remote(), timeout=30)
         if self.final_learner_files is None:
             self.final_learner_files = {}
-        for actor in [*self.worker_actors, *self.shards, self.learner]:
+        self.sampler.stop()
+        for actor in [*self.shards, self.learner]:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
-        self.worker_actors, self.in_flight = [], {}

@@ -22,6 +22,8 @@ from kuberl.trainer.sampling.worker_set import WorkerSet
 
 
 class FragmentQueue:
+    """IMPALA's and APPO's `Sampler`: workers that sample without waiting, into a bounded queue."""
+
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int, *,
                  queue_size: int, requests_per_worker: int):
         self.queue_size = queue_size
@@ -49,10 +51,14 @@ class FragmentQueue:
     def restarts(self) -> int:
         return self.workers.restarts
 
+    @property
+    def policy_factory(self) -> PolicyFactory:
+        return self.workers.policy_factory
+
     # -- from the learner ------------------------------------------------------------------------
-    def broadcast(self, weights: Any, version: int) -> None:
+    def publish_weights(self, weights: Any, version: int) -> None:
         """New weights for every worker: one object in the store, a reference to each worker."""
-        self.workers.sync_weights(weights, version)
+        self.workers.publish_weights(weights, version)
 
     def sync_filter(self, state: RunningStats | None) -> None:
         self.workers.sync_filter(state)

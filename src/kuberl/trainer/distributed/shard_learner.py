@@ -1,9 +1,10 @@
 """The learner actor of the replay-shard topology (Ape-X DQN; SAC with replay shards): an off-policy learner
 on batches from every replay shard, never waiting on one.
 
-It keeps `prefetch` sample requests outstanding per shard, runs the algorithm's `OffPolicyLearner.update`
-(DQN's `QLearner`, SAC's `SACLearner`) with importance weights in its own thread, sends the new priorities
-back and publishes weights through the object store every `weight_sync_interval` updates.
+It keeps `prefetch` sample requests outstanding per shard, deals each reply into train batches that each span
+the whole shard (`split_minibatches`), runs the algorithm's `OffPolicyLearner.update` (DQN's `QLearner`, SAC's
+`SACLearner`) on each with importance weights in its own thread, sends the new priorities back and publishes
+weights through the object store every `weight_sync_interval` updates.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from kuberl.api.hyperparams import ApexDQNParams, SACParams
+from kuberl.api.types import LearnerSpec
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
@@ -51,21 +53,35 @@ class OffPolicyLearner(Protocol):
 
 
 ShardParams = ApexDQNParams | SACParams
-# (observation_space, action_space, params, device) -> the learner; a module-level function, so it pickles.
-LearnerBuilder = Callable[[gym.Space, gym.Space, Any, torch.device], OffPolicyLearner]
+# (observation_space, action_space, params, device, bf16) -> the learner; a module-level function, so it pickles.
+LearnerBuilder = Callable[[gym.Space, gym.Space, Any, torch.device, bool], OffPolicyLearner]
+
+
+def split_minibatches(sample: dict[str, np.ndarray], size: int,
+                      rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+    """A shard's reply (a stratified sample of k * `size` rows, in stratum order) dealt into k train batches of
+    `size`, each a stratified sample of the whole buffer: stratum group j (rows j*k .. j*k+k-1, the j-th of `size`
+    equal slices of the priority mass) gives each train batch one of its rows, in a random order."""
+    k, rest = divmod(len(sample["ids"]), size)
+    if rest:
+        raise ValueError(f"a sample of {len(sample['ids'])} rows is no whole number of train batches of {size}")
+    deal = rng.permuted(np.arange(k * size).reshape(size, k), axis=1).T  # row i: the rows of train batch i
+    return [{key: values[rows] for key, values in sample.items()} for rows in deal]
 
 
 class ShardLearner:
     """The learner's loop runs in its own thread; the actor's other methods answer meanwhile."""
 
     def __init__(self, build: LearnerBuilder, observation_space: gym.Space, action_space: gym.Space,
-                 params: ShardParams, gpus: int, shards: list[Any]):
+                 params: ShardParams, learner: LearnerSpec, shards: list[Any]):
+        """`learner`: spec.learner, the device the learner trains on (gpus) and how (bf16)."""
         configure_cpu_threads()
         if params.seed is not None:
             torch.manual_seed(params.seed)
         self.params = params
         self.request_size = params.train_batch_size * BATCHES_PER_REQUEST
-        self.learner = build(observation_space, action_space, params, learner_device(gpus))
+        self.rng = np.random.default_rng(params.seed)
+        self.learner = build(observation_space, action_space, params, learner_device(learner.gpus), learner.bf16)
         self.lock = threading.Lock()  # the loop's update step vs. checkpoint reads and writes
         self.shards: list[Any] = list(shards)
         self.shard_adds = [0] * len(shards)
@@ -244,18 +260,17 @@ class ShardLearner:
                     time.sleep(0.01)
                     continue
                 self.waiting_for_data = False
-                td_errors = self._learn(batch)
-                self.shards[index].update_priorities.remote(batch["ids"], td_errors)
+                self.shards[index].update_priorities.remote(*self._learn(batch))
 
-    def _learn(self, sample: dict[str, np.ndarray]) -> np.ndarray:
-        """Train batches from one shard reply, one update each; the |TD errors| of all of them."""
+    def _learn(self, sample: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Train batches from one shard reply, one update each; (ids, |TD errors|) of all their rows."""
         started = time.perf_counter()
-        size = self.params.train_batch_size
-        td_errors = []
-        for start in range(0, len(sample["ids"]), size):
+        ids, td_errors = [], []
+        for minibatch in split_minibatches(sample, self.params.train_batch_size, self.rng):
             with self.lock:
-                td_errors.append(self.learner.update({k: v[start : start + size] for k, v in sample.items()}))
+                td_errors.append(self.learner.update(minibatch))
                 if self.learner.updates % self.params.weight_sync_interval == 0:
                     self._publish()
+            ids.append(minibatch["ids"])
         self.update_seconds += time.perf_counter() - started
-        return np.concatenate(td_errors)
+        return np.concatenate(ids), np.concatenate(td_errors)

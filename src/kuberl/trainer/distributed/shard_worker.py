@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,20 +32,31 @@ Priorities = Callable[[Any, SampleBatch, NStepRows], np.ndarray]
 MAX_ADDS_IN_FLIGHT = 2  # per worker: bounds the object store when a shard falls behind
 
 
+@dataclass(frozen=True)
+class TransitionSettings:
+    """How a worker turns its fragments into what it adds to replay: n-step returns discounted by gamma, frames
+    stored once where observations are stacks of `stack_depth`, and initial priorities where the algorithm
+    can score its own transitions (None: the shard gives them its largest priority)."""
+
+    gamma: float
+    n_step: int
+    stack_depth: int = 1
+    priorities: Priorities | None = None
+
+
 class ShardRolloutWorker:
     """A rollout worker that feeds replay shards directly and picks up weights when they are there."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int,
-                 policy_settings: dict[str, Any], *, gamma: float, n_step: int, learner: Any,
-                 priorities: Priorities | None = None, stack_depth: int = 1):
+                 policy_settings: dict[str, Any], *, transitions: TransitionSettings, learner: Any):
         configure_cpu_threads()
         self.worker = RolloutWorker(config, policy_factory, worker_index)
         self.policy_settings: dict[str, Any] = {}
         self._configure(policy_settings)
-        self.priorities = priorities
-        self.gamma = gamma
-        self.n_step = n_step
-        self.stack_depth = stack_depth
+        self.priorities = transitions.priorities
+        self.gamma = transitions.gamma
+        self.n_step = transitions.n_step
+        self.stack_depth = transitions.stack_depth
         self.learner = learner
         self.weights_request: Any = None
         self.weight_updates = 0

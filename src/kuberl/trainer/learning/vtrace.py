@@ -27,12 +27,32 @@ class VTraceReturns:
     rhos: torch.Tensor  # the unclipped importance ratios pi / mu, [T, N]
 
 
+@dataclass(frozen=True)
+class TraceSteps:
+    """What the trajectory did, time-major [T, N]: the rewards, where an episode terminated, and where the
+    trace stops (terminated, truncated, or a row that is no transition)."""
+
+    rewards: torch.Tensor
+    terminateds: torch.Tensor
+    dones: torch.Tensor
+
+
+@dataclass(frozen=True)
+class TraceClips:
+    """The truncation levels of the importance ratios (None clips nothing) and the trace's lambda."""
+
+    rho_bar: float | None = 1.0
+    c_bar: float | None = 1.0
+    pg_rho_bar: float | None = 1.0
+    lam: float = 1.0
+
+
 @torch.no_grad()
-def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, rewards: torch.Tensor, values: torch.Tensor,
-           next_values: torch.Tensor, terminateds: torch.Tensor, dones: torch.Tensor, *, gamma: float,
-           rho_bar: float | None = 1.0, c_bar: float | None = 1.0, pg_rho_bar: float | None = 1.0,
-           lam: float = 1.0) -> VTraceReturns:
-    """V-trace targets and policy-gradient advantages; every input is time-major [T, N]. A bar of None clips nothing."""
+def vtrace(behaviour_logp: torch.Tensor, target_logp: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+           steps: TraceSteps, *, gamma: float, clips: TraceClips = TraceClips()) -> VTraceReturns:
+    """V-trace targets and policy-gradient advantages; every input is time-major [T, N]."""
+    rewards, terminateds, dones = steps.rewards, steps.terminateds, steps.dones
+    rho_bar, c_bar, pg_rho_bar, lam = clips.rho_bar, clips.c_bar, clips.pg_rho_bar, clips.lam
     rhos = torch.exp(target_logp - behaviour_logp)
     clipped_rhos = rhos if rho_bar is None else rhos.clamp(max=rho_bar)
     cs = lam * (rhos if c_bar is None else rhos.clamp(max=c_bar))

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from kuberl.trainer.replay.frames import FrameTransitions
+from kuberl.trainer.replay.rings import ArrayStorage, Batch, FrameStorage, batch_length
 from kuberl.trainer.replay.segment_tree import MinTree, SumTree
-from kuberl.trainer.replay.storage import ArrayStorage, Batch, FrameStorage, batch_length
 
 __all__ = ["Batch", "PrioritizedReplayBuffer", "UniformReplayBuffer", "make_replay_buffer", "split_capacity"]
 

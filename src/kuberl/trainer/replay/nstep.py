@@ -58,23 +58,16 @@ def nstep_targets(
     return returns, discount, last
 
 
-def nstep_transitions(
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    next_obs: np.ndarray,
-    terminated: np.ndarray,
-    truncated: np.ndarray,
-    *,
-    gamma: float,
-    n: int,
-) -> Batch:
+def nstep_transitions(fragment: dict[str, np.ndarray], *, gamma: float, n: int) -> Batch:
     """n-step transitions from a fragment of T steps of E envs, flattened to T*E rows (time-major).
 
-    Inputs are [T, E, ...]: `next_obs[t]` is the true observation after step t (the final one when
-    the episode ended there, never the reset one). See `nstep_targets` for where a transition stops.
+    `fragment` holds a sample batch's arrays, [T, E, ...] (obs, actions, rewards, next_obs, terminateds,
+    truncateds): `next_obs[t]` is the true observation after step t (the final one when the episode ended
+    there, never the reset one). See `nstep_targets` for where a transition stops.
     """
-    returns, discount, last = nstep_targets(rewards, terminated, truncated, gamma=gamma, n=n)
+    obs, actions, next_obs = fragment["obs"], fragment["actions"], fragment["next_obs"]
+    returns, discount, last = nstep_targets(fragment["rewards"], fragment["terminateds"], fragment["truncateds"],
+                                            gamma=gamma, n=n)
     env_index = np.broadcast_to(np.arange(returns.shape[1]), returns.shape)
     return {
         "obs": _flatten(np.asarray(obs)),

@@ -1,4 +1,4 @@
-"""Replay storages: rings of preallocated arrays that the buffers (`buffers.py`) sample from.
+"""Replay rings: preallocated arrays that the buffers (`buffers.py`) sample from.
 
 - `ArrayStorage` keeps any dict of arrays row by row (the plain form).
 - `FrameStorage` keeps `FrameTransitions` (`frames.py`): a ring of frames in their own dtype and a

@@ -19,13 +19,12 @@ from kuberl.trainer.replay.frames import FrameTransitions
 class ReplayShard:
     """A prioritized (or uniform) replay buffer behind an actor-friendly API."""
 
-    def __init__(self, index: int, capacity: int, *, prioritized: bool = True, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None,
-                 frames_per_transition: float | None = None):
+    def __init__(self, index: int, capacity: int, *, prioritized: bool = True, seed: int | None = None,
+                 **buffer_options: Any):
+        """`buffer_options`: the rest of `make_replay_buffer`'s (alpha, beta, eps, frames_per_transition)."""
         self.index = index
         shard_seed = None if seed is None else seed + 7919 * (index + 1)
-        self.buffer = make_replay_buffer(capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
-                                         seed=shard_seed, frames_per_transition=frames_per_transition)
+        self.buffer = make_replay_buffer(capacity, prioritized=prioritized, seed=shard_seed, **buffer_options)
 
     def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> int:
         """Store transitions; returns the transitions ever added to this shard."""

@@ -8,7 +8,8 @@ second, because no Python wrapper runs per env and step.
 Two things are done here rather than by ALE, to keep the preset's meaning:
 - A lost life ends the learner's episode but not the game. ALE's `episodic_life` restarts the whole
   game on a lost life, so it stays off; `life_loss_info` reports the loss as a termination while
-  the game goes on.
+  the game goes on. ALE resets a game on the step after it is over, so `GameScoreVector` says where
+  (`info[RESETS]`): the step after a lost life is a real transition, not a reset.
 - Rewards reach the learner clipped, but `GameScoreVector` first adds the unclipped ones up, so a
   finished game reports its score (`atari.GAME_RETURN`, `GAME_LENGTH`) as the single-env preset does.
 
@@ -33,6 +34,9 @@ from kuberl.trainer.sampling.atari import (
     SCREEN_SIZE,
 )
 
+# info key: the envs that reset on the next step (a game over), where a termination (a lost life) alone does not.
+RESETS = "resets"
+
 # ALE env kwargs (`spec.env.config` and the registered defaults) the vector env takes as they are.
 VECTOR_KWARGS = frozenset({"game", "repeat_action_probability", "full_action_space", "max_num_frames_per_episode"})
 
@@ -52,7 +56,8 @@ class GameScoreVector(gym.vector.VectorWrapper):
     `game_return`/`game_length` (with Gymnasium's `_key` masks) in info on the step a game ends.
 
     A game ends when it is truncated, or terminated with no lives left (a termination with lives left
-    is a lost life). The env autoresets on the next step: that step starts the new game and scores nothing.
+    is a lost life). The env autoresets on the next step: that step starts the new game and scores nothing;
+    `info[RESETS]` says which envs do, for every env on every step.
     """
 
     def __init__(self, env: gym.vector.VectorEnv):
@@ -78,7 +83,8 @@ class GameScoreVector(gym.vector.VectorWrapper):
         self.game_length += playing
         self.game_over = playing & (truncated | (terminated & (np.asarray(info["lives"]) == 0)))
         info = {**info, GAME_RETURN: np.where(self.game_over, self.game_return, 0.0), f"_{GAME_RETURN}": self.game_over,
-                GAME_LENGTH: np.where(self.game_over, self.game_length, 0), f"_{GAME_LENGTH}": self.game_over}
+                GAME_LENGTH: np.where(self.game_over, self.game_length, 0), f"_{GAME_LENGTH}": self.game_over,
+                RESETS: self.game_over, f"_{RESETS}": np.ones(self.num_envs, dtype=bool)}
         return obs, np.sign(reward).astype(np.float32), terminated, truncated, info
 
 

@@ -1,12 +1,16 @@
 """The policies rollout workers run: PPO's actor (in numpy for vectors, in torch for images), epsilon-greedy over a Q-network, IMPALA's policy head and SAC's squashed Gaussian actor.
 
 Each is built in the worker by a picklable factory, (observation_space, action_space, seed) -> policy,
-and loads the numpy weights the learner publishes.
+and loads the numpy weights the learner publishes. Each draws its noise from generators of its own, seeded with
+the worker's seed, never from torch's or numpy's global one: a worker in the learner's process shares those
+with the learner, and rollout workers must not share their noise with each other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +25,15 @@ from kuberl.trainer.models.policy_value import PolicyHead
 from kuberl.trainer.models.q_network import QNetwork, q_network
 from kuberl.trainer.models.sac_networks import SquashedGaussianActor
 from kuberl.trainer.models.weights import load_weights
+
+Network = TypeVar("Network", bound=torch.nn.Module)
+
+
+def seeded_init(seed: int, build: Callable[[], Network]) -> Network:
+    """`build()`'s network initialised from `seed`, leaving torch's global generator as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
 
 
 class PPOSamplingPolicy:
@@ -64,9 +77,9 @@ class TorchPPOPolicy:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int, *, encoder: EncoderSpec,
                  device: str = "cpu"):
         configure_cpu_threads()  # in a Ray actor too: many small conv calls run fastest on one thread
-        torch.manual_seed(seed)
         self.device = torch.device(device)
-        self.actor = Actor(observation_space, action_space, encoder.hidden, encoder.activation, encoder)
+        self.actor = seeded_init(seed, lambda: Actor(observation_space, action_space, encoder.hidden,
+                                                     encoder.activation, encoder))
         self.actor = self.actor.to(self.device).eval()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -155,24 +168,33 @@ class QPolicyFactory:
         return cls(EncoderSpec.from_params(params), params.dueling)
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> QPolicy:
-        torch.manual_seed(seed)
-        network = q_network(observation_space, action_space, self.encoder, self.dueling)
+        network = seeded_init(seed, lambda: q_network(observation_space, action_space, self.encoder, self.dueling))
         return QPolicy(network, int(action_space.n), seed)
 
 
 class PolicyHeadSampler:
     """IMPALA's and APPO's behaviour policy: a CPU copy of the learner's PolicyHead; keeps each action's log-prob."""
 
-    def __init__(self, head: PolicyHead):
+    def __init__(self, head: PolicyHead, seed: int):
         self.head = head.eval()
+        self.generator = torch.Generator().manual_seed(seed)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         load_weights(self.head, weights)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
-            actions, logp = self.head.sample(torch.as_tensor(obs), explore)
+            inputs = self.head(torch.as_tensor(obs))
+            actions = self._draw(inputs) if explore else self.head.mode(inputs)
+            logp, _ = self.head.log_prob_entropy(inputs, actions)
         return actions.numpy(), {"logp": logp.numpy().astype(np.float32)}
+
+    def _draw(self, inputs: torch.Tensor) -> torch.Tensor:
+        """A sample of the head's distribution (`PolicyHead.distribution`) from this sampler's generator."""
+        if self.head.discrete:
+            return torch.multinomial(torch.softmax(inputs, dim=-1), 1, generator=self.generator).squeeze(-1)
+        noise = torch.randn(inputs.shape, generator=self.generator, dtype=inputs.dtype)
+        return inputs + self.head.log_std.exp() * noise
 
 
 @dataclass(frozen=True)
@@ -183,8 +205,8 @@ class PolicyHeadFactory:
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> PolicyHeadSampler:
         configure_cpu_threads()
-        torch.manual_seed(seed)
-        return PolicyHeadSampler(PolicyHead(observation_space, action_space, self.encoder))
+        return PolicyHeadSampler(seeded_init(seed, lambda: PolicyHead(observation_space, action_space, self.encoder)),
+                                 seed)
 
 
 class SACSamplingPolicy:
@@ -224,6 +246,5 @@ class SACPolicyFactory:
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> SACSamplingPolicy:
         configure_cpu_threads()
-        torch.manual_seed(seed)
-        return SACSamplingPolicy(SquashedGaussianActor(observation_space, action_space, self.encoder), action_space,
-                                 seed)
+        actor = seeded_init(seed, lambda: SquashedGaussianActor(observation_space, action_space, self.encoder))
+        return SACSamplingPolicy(actor, action_space, seed)

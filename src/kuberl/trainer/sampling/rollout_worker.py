@@ -10,7 +10,9 @@ envs): obs (float32, or the env's own integer dtype: uint8 images stay uint8),
 actions, rewards, terminateds, truncateds, next_obs (the real next
 observation, also at episode ends), valid (False on the step in which a
 native vector env resets an env: no transition happened there), plus the
-policy's extras (PPO: logp).
+policy's extras (PPO: logp). Such an env resets after an episode's end, unless it says
+where it resets (`info[RESETS]`: ALE's vector env plays on after a lost life that ends
+the learner's episode, and resets only after a game over).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from kuberl.trainer.sampling.atari import game_scores
+from kuberl.trainer.sampling.atari_vector import RESETS
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
 from kuberl.trainer.sampling.wrappers import WrapperSettings
@@ -86,8 +89,25 @@ def stored_dtype(dtype: np.dtype) -> np.dtype:
     return dtype if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
 
 
-def worker_seed(seed: int | None, worker_index: int) -> int | None:
-    return None if seed is None else seed + 1000 * worker_index
+def next_step_resets(info: dict[str, Any], done: np.ndarray) -> np.ndarray:
+    """The envs a next-step-autoreset vector env resets on its next step: where it says so, else where an
+    episode ended."""
+    resets = info.get(RESETS)
+    return done if resets is None else np.asarray(resets, dtype=bool)
+
+
+def worker_seeds(seed: int | None, worker_index: int) -> tuple[int | None, int]:
+    """(the envs' reset seed, the policy's seed) of the worker at `worker_index`.
+
+    With a seed both follow from it, so a run repeats, and differ between workers. The policy's comes from a
+    `SeedSequence` child rather than the envs' integer, whose stream it would otherwise replay (numpy's and
+    Gymnasium's generators are both PCG64 seeded through a SeedSequence). Without a seed the envs reset from
+    fresh entropy and so does the policy: unseeded workers never share their exploration noise.
+    """
+    if seed is None:
+        return None, int(np.random.SeedSequence().generate_state(1)[0])
+    policy_seed = np.random.SeedSequence(seed, spawn_key=(worker_index,)).generate_state(1)[0]
+    return seed + 1000 * worker_index, int(policy_seed)
 
 
 class RolloutWorker:
@@ -98,12 +118,12 @@ class RolloutWorker:
         self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
         obs_space = self.env.single_observation_space
         self.action_space = self.env.single_action_space
-        seed = worker_seed(config.seed, worker_index)
-        self.policy = policy_factory(obs_space, self.action_space, 0 if seed is None else seed)
+        env_seed, policy_seed = worker_seeds(config.seed, worker_index)
+        self.policy = policy_factory(obs_space, self.action_space, policy_seed)
         self.filter = make_filter(config.observation_filter, tuple(obs_space.shape))
         self.policy_version = 0
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        raw_obs, _ = self.env.reset(seed=seed)
+        raw_obs, _ = self.env.reset(seed=env_seed)
         self.obs = self.filter(raw_obs)
         self.raw_obs = raw_obs
         n = config.num_envs
@@ -192,7 +212,7 @@ class RolloutWorker:
                 episodes.extend(self._finish_episodes(done, info))
             if not self.same_step_reset:
                 reset_now = self.resetting
-                self.resetting = done
+                self.resetting = next_step_resets(info, done)
                 self.episode_start[reset_now] = time.time()
             self.obs = next_obs
             self.raw_obs = raw_next

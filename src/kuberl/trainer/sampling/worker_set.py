@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class WorkerSet:
-    """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel."""
+    """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel (a `Sampler`)."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
                  *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3, spread: bool = False):
@@ -85,7 +85,7 @@ class WorkerSet:
                 return batches
         raise RuntimeError(f"every rollout worker died {self.max_sample_attempts} times in a row")
 
-    def sync_weights(self, weights: Any, policy_version: int) -> None:
+    def publish_weights(self, weights: Any, policy_version: int) -> None:
         if self.local_worker is not None:
             self.local_worker.set_weights(weights, policy_version)
             return

@@ -1,0 +1,89 @@
+"""The replay-shard topology's `Sampler`: rollout worker actors that add to the replay shards themselves.
+
+The driver keeps one `run` call in flight per worker (`dispatch`); each call samples some fragments, adds
+their transitions to the shards and comes back with a small report (env steps, bytes sent, episodes, the
+filter's delta), never the transitions. A worker that dies is replaced (`reports`). Weights do not go
+through here: between fragments each worker asks the learner actor for newer weights without waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.rollout_worker import PolicyFactory
+
+log = logging.getLogger(__name__)
+
+RunArguments = Callable[[int, RunningStats | None], tuple[Any, ...]]  # (position, filter) -> run()'s arguments
+
+
+class ShardWorkerPool:
+    def __init__(self, start_actor: Callable[[int], Any], count: int, policy_factory: PolicyFactory):
+        self.start_actor = start_actor  # position -> a new ShardRolloutWorker actor
+        self._policy_factory = policy_factory
+        self.actors = [start_actor(position) for position in range(count)]
+        self.in_flight: dict[Any, int] = {}  # run call -> worker position
+        self._restarts = 0
+        self.filter_state: RunningStats | None = None
+
+    @property
+    def policy_factory(self) -> PolicyFactory:
+        return self._policy_factory
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def publish_weights(self, weights: Any, version: int) -> None:
+        """Nothing to send: the workers fetch the learner actor's newest weights themselves."""
+
+    def sync_filter(self, state: RunningStats | None) -> None:
+        self.filter_state = state  # goes out with each worker's next run call
+
+    def dispatch(self, run_arguments: RunArguments) -> None:
+        """Start a run call on every worker that has none in flight."""
+        busy = set(self.in_flight.values())
+        for position, actor in enumerate(self.actors):
+            if position not in busy:
+                self.in_flight[actor.run.remote(*run_arguments(position, self.filter_state))] = position
+
+    def reports(self, timeout: float) -> list[dict[str, Any]]:
+        """The reports of run calls that finished within `timeout` (at least one, unless none did)."""
+        import ray
+
+        if not self.in_flight:
+            return []
+        ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
+        reports = []
+        for ref in ready:
+            position = self.in_flight.pop(ref)
+            try:
+                reports.append(ray.get(ref))
+            except actor_died_errors():
+                self.replace(position)
+        return reports
+
+    def replace(self, position: int) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # it is already gone
+            ray.kill(self.actors[position], no_restart=True)
+        self.actors[position] = self.start_actor(position)
+        self._restarts += 1
+        log.warning("rollout worker %d died; replaced it (%d so far)", position + 1, self._restarts)
+
+    def stop(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        self.actors, self.in_flight = [], {}
+
+
+__all__ = ["ShardWorkerPool"]

@@ -1,0 +1,5 @@
+"""The names of the learners' checkpoint files, one place for all of them."""
+
+MODEL_FILE = "model.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+LEARNER_FILE = "learner.json"
