@@ -1,4 +1,4 @@
-"""The background writer and the result sinks it feeds: in order, retried, never blocking the caller."""
+"""The background writer and the result sinks it feeds: in order, retried, coalesced by key, never blocking."""
 
 from __future__ import annotations
 
@@ -69,3 +69,71 @@ def test_beyond_its_limit_the_oldest_jobs_are_dropped_and_counted():
     gate.set()
     background.close(timeout=10)
     assert background.dropped == 3 and done == [3, 4, 5]  # the newest three waited; the running one finished
+
+
+def test_a_keyed_job_replaces_the_one_of_its_key_still_waiting():
+    background = BackgroundWriter()
+    gate = threading.Event()
+    done: list[str] = []
+    background.submit("blocker", gate.wait)
+    time.sleep(0.1)  # the blocker is running
+    for i in range(5):
+        assert background.submit(f"state {i}", lambda i=i: done.append(f"state {i}"), key="state")
+    background.submit("other", lambda: done.append("other"))
+    gate.set()
+    assert background.wait(timeout=10)
+    background.close()
+    assert done == ["state 4", "other"]  # the newest state, in the place of the first one queued
+
+
+def test_a_failing_keyed_job_gives_way_to_a_newer_one_after_its_backoff():
+    background = BackgroundWriter(max_backoff_seconds=0.2)
+    attempts: list[int] = []
+    started = threading.Event()
+
+    def write(i: int) -> None:
+        attempts.append(i)
+        started.set()
+        if i == 1:
+            raise ConnectionError("store down")
+
+    background.submit("state 1", lambda: write(1), key="state")
+    assert started.wait(timeout=10)
+    background.submit("state 2", lambda: write(2), key="state")
+    assert background.wait(timeout=10)
+    background.close()
+    assert attempts[-1] == 2 and attempts.count(2) == 1 and background.failures == attempts.count(1)
+
+
+def test_a_delayed_job_waits_until_due_or_hurried():
+    background = BackgroundWriter()
+    done: list[str] = []
+    background.submit("later", lambda: done.append("later"), delay=3600)
+    assert not background.wait(timeout=0.2) and done == []
+    background.hurry()
+    assert background.wait(timeout=10) and done == ["later"]
+    background.submit("soon", lambda: done.append("soon"), key="k", delay=3600)
+    background.submit("sooner", lambda: done.append("sooner"), key="k", delay=0.05)  # the earlier time wins
+    assert background.wait(timeout=10) and done == ["later", "sooner"]
+    background.close()
+
+
+def test_an_error_it_must_stop_on_ends_the_writer_and_drops_what_waits():
+    class Fenced(Exception):
+        pass
+
+    background = BackgroundWriter(stop_on=(Fenced,))
+    gate = threading.Event()
+    done: list[int] = []
+
+    def fenced() -> None:
+        gate.wait()
+        raise Fenced("a newer attempt owns the run")
+
+    background.submit("fenced", fenced)
+    background.submit("after", lambda: done.append(1))
+    gate.set()
+    assert background.wait(timeout=10)
+    assert isinstance(background.stopped_by, Fenced) and background.failures == 0 and done == []
+    assert not background.submit("later", lambda: done.append(2))
+    background.close()

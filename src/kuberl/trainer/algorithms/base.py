@@ -245,7 +245,7 @@ class Algorithm:
 
     def save(self, uri_or_path: str) -> str:
         """Write a checkpoint under a run root (file:// path, plain path or s3://); returns its URI."""
-        from kuberl.trainer.storage.base import open_store
+        from kuberl.trainer.storage import open_store
         from kuberl.trainer.storage.checkpoints import write_checkpoint
 
         info = write_checkpoint(open_store(str(uri_or_path)), self.iteration, self.get_state(), timesteps=self.timesteps)

@@ -15,6 +15,7 @@ gradient norms clipped, and an optional early stop on the approximate KL.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import PPOParams
-from kuberl.trainer.learners.files import MODEL_FILE, OPTIMIZER_FILE
+from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
 from kuberl.trainer.learning.device import learner_autocast, to_device
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
@@ -120,6 +121,7 @@ class PPOLearner:
         self.value_scale = ValueScale()
         self.normalize_values = normalize_values
         self.rng = rng  # the algorithm's generator: its state is in every checkpoint
+        self.updates_total = 0
 
     # -- the learner's batch -------------------------------------------------------------------------
     def learner_batch(self, batches: list[SampleBatch]) -> dict[str, torch.Tensor]:
@@ -210,7 +212,9 @@ class PPOLearner:
         means = torch.stack(sums).mean(0).tolist()
         stats: dict[str, float] = dict(zip(("policyLoss", "valueLoss", "entropy", "approxKl", "clipFraction"), means,
                                            strict=True))
-        stats.update(updates=updates, epochs=epochs_done, lr=self.optimizer.param_groups[0]["lr"], batchSize=size)
+        self.updates_total += updates
+        stats.update(updates=updates, updatesTotal=self.updates_total, epochs=epochs_done,
+                     lr=self.optimizer.param_groups[0]["lr"], batchSize=size)
         return stats
 
     # -- checkpoints ---------------------------------------------------------------------------------
@@ -219,6 +223,7 @@ class PPOLearner:
             MODEL_FILE: torch_bytes(self.model.state_dict()),
             OPTIMIZER_FILE: torch_bytes(self.optimizer.state_dict()),
             VALUE_SCALE_FILE: stats_to_bytes(self.value_scale.stats),
+            LEARNER_FILE: json.dumps({"updates": self.updates_total}).encode(),
         }
 
     def load_state_files(self, files: dict[str, bytes]) -> None:
@@ -228,6 +233,8 @@ class PPOLearner:
         self.model.load_state_dict(torch_load_bytes(files[MODEL_FILE], self.device))
         if OPTIMIZER_FILE in files:
             self.optimizer.load_state_dict(torch_load_bytes(files[OPTIMIZER_FILE], self.device))
+        if LEARNER_FILE in files:
+            self.updates_total = int(json.loads(files[LEARNER_FILE])["updates"])
 
 
 __all__ = ["Current", "PPOLearner", "PPOLoss", "Sampled", "ValueScale", "ppo_loss"]

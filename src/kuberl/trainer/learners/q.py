@@ -101,6 +101,7 @@ class QLearner:
         n = self._stat_count
         stats = {
             "updates": self.updates,
+            "updatesTotal": self.updates,  # the key every learner reports its running count under
             "targetSyncs": self.target_syncs,
             "loss": self._loss_sum / n if n else None,
             "meanQ": self._q_sum / n if n else None,

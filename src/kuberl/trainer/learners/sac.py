@@ -156,7 +156,7 @@ class SACLearner:
         n = self._stat_count
         stats: dict[str, Any] = {key: (self._sums.get(key, 0.0) / n if n else None)
                                  for key in ("criticLoss", "actorLoss", "alphaLoss", "meanQ", "entropy")}
-        stats.update(updates=self.updates, alpha=self.alpha, targetEntropy=self.target_entropy,
+        stats.update(updates=self.updates, updatesTotal=self.updates, alpha=self.alpha, targetEntropy=self.target_entropy,
                      device=str(self.device))
         self._sums = {}
         self._stat_count = 0

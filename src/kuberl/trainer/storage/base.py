@@ -1,4 +1,4 @@
-"""The storage interface every backend implements, and the run layout built on it.
+"""The storage interface every backend implements, and the optional features some have.
 
 Keys are '/'-separated paths relative to the run's root (for example
 "checkpoints/000120/model.pt"). A backend makes each put atomic: a reader sees
@@ -7,18 +7,14 @@ the whole old object or the whole new one, never a torn write.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from kuberl.trainer.storage.errors import NotFound, StorageError
 
-class StorageError(RuntimeError):
-    """A storage problem no retry fixes (no such bucket, access denied, bad endpoint)."""
-
-
-class NotFound(StorageError, KeyError):
-    """The key does not exist."""
+__all__ = ["AppendableStore", "CheckpointInfo", "NotFound", "ObjectStore", "SizedListing", "StorageError",
+           "open_store"]
 
 
 @runtime_checkable
@@ -39,6 +35,21 @@ class ObjectStore(Protocol):
     def check(self) -> None: ...  # raises StorageError when the store cannot be used at all
 
 
+@runtime_checkable
+class AppendableStore(Protocol):
+    """A store that appends to an object in place (a local disk; S3 cannot)."""
+
+    def append_bytes(self, key: str, data: bytes) -> None:
+        """Append `data`; a failed write (a full disk) raises StorageError and leaves the object as it was."""
+
+
+@runtime_checkable
+class SizedListing(Protocol):
+    """A store that lists keys with their sizes in one call (checkpoints are verified by size)."""
+
+    def sizes(self, prefix: str = "") -> dict[str, int]: ...  # key -> bytes, sorted by key
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """A complete checkpoint: its manifest was written and every file matches it."""
@@ -52,17 +63,8 @@ class CheckpointInfo:
 
 
 def open_store(uri: str, *, endpoint: str | None = None, region: str | None = None) -> ObjectStore:
-    """Open the store for a root URI: file:///path, a plain path, or s3://bucket/prefix."""
-    if uri.startswith("s3://"):
-        from kuberl.trainer.storage.s3 import S3Store
+    """Transitional: the interface does not open stores; stores.open_store (kuberl.trainer.storage.open_store)
+    does. Remove once algorithms/base.py and run/traces_report.py import it from kuberl.trainer.storage."""
+    from kuberl.trainer.storage.stores import open_store as open_by_uri
 
-        return S3Store(uri, endpoint=endpoint, region=region)
-    from kuberl.trainer.storage.local import LocalStore
-
-    return LocalStore(uri)
-
-
-def retry_delay(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
-    """Seconds to wait after `failures` failures in a row: exponential with full jitter (spreads the
-    retries of many writers apart), capped; any count is safe (no float overflow)."""
-    return random.uniform(0.5 * min(cap, base), min(cap, base * 2 ** min(failures, 32)))
+    return open_by_uri(uri, endpoint=endpoint, region=region)

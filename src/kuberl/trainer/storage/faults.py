@@ -1,4 +1,4 @@
-"""Which storage errors a retry can fix, and retrying those for a bounded time at start.
+"""Which storage errors a retry can fix, how long to back off, and retrying for a bounded time at start.
 
 Only a user's mistakes are permanent: a bucket that does not exist, access denied or a wrong key,
 no credentials, a malformed endpoint or bucket name. Everything a store says while it is unwell
@@ -12,11 +12,12 @@ the experiment as InvalidSpec.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from kuberl.trainer.storage.base import StorageError, retry_delay
+from kuberl.trainer.storage.errors import StorageError
 
 Fault = Literal["permanent", "transient"]
 T = TypeVar("T")
@@ -74,6 +75,12 @@ def classify(error: BaseException) -> Fault:
     # NoCredentialsError, ParamValidationError (a malformed bucket name), ValueError("Invalid
     # endpoint"), and anything that is no storage error at all: a retry does not change them.
     return "permanent"
+
+
+def retry_delay(failures: int, base: float = 0.5, cap: float = 10.0) -> float:
+    """Seconds to wait after `failures` failures in a row: exponential with full jitter (spreads the
+    retries of many writers apart), capped; any count is safe (no float overflow)."""
+    return random.uniform(0.5 * min(cap, base), min(cap, base * 2 ** min(failures, 32)))
 
 
 def env_seconds(name: str, default: float) -> float:

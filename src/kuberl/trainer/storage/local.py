@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from kuberl.trainer.storage.base import NotFound, StorageError
+from kuberl.trainer.storage.errors import NotFound, StorageError
 
 # Temp files live beside their target (rename is atomic only within one file system);
 # listings hide them, so a reader never sees a half-written object.

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
-import threading
 import time
-import weakref
 from typing import Any
 
 import yaml
 
-from kuberl.trainer.storage.base import NotFound, ObjectStore, StorageError, retry_delay
-from kuberl.trainer.storage.checkpoints import LATEST, _read_latest_pointer
-from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
+from kuberl.trainer.storage.base import ObjectStore
+from kuberl.trainer.storage.checkpoints import LATEST, read_latest_pointer
+from kuberl.trainer.storage.errors import NotFound
+from kuberl.trainer.storage.jsonl import dumps_record
+from kuberl.trainer.storage.results import EXIT_FLUSH_SECONDS, RESULTS, open_results
 from kuberl.trainer.storage.traces import TraceWriter
 
-log = logging.getLogger(__name__)
+__all__ = ["EXIT_FLUSH_SECONDS", "RESULTS", "SPEC", "RunStorage", "fresh_run_root_uri", "run_root_uri"]
 
 SPEC = "experiment.yaml"
-RESULTS = "results.jsonl"
-EXIT_FLUSH_SECONDS = 30.0
 
 
 def run_root_uri(storage_uri: str | None, namespace: str | None, name: str) -> str:
@@ -40,33 +36,31 @@ def fresh_run_root_uri(root_uri: str, now: float | None = None) -> str:
 
 
 class RunStorage:
-    """The files of one run. results.jsonl appends never block on a remote store:
-    lines are kept in memory and a background thread rewrites the object."""
+    """The files of one run. results.jsonl appends never block on a remote store (results.py)."""
 
     def __init__(self, store: ObjectStore, *, flush_seconds: float = 2.0, attempt: int | None = None) -> None:
         self.store = store
-        # With an attempt, a rewrite of results.jsonl first checks that no newer attempt
-        # owns the run (`latest`), so a zombie head cannot clobber its successor's results.
-        self.attempt = attempt
-        self.fenced = False
         self.uri = store.uri
-        self._appendable = callable(getattr(store, "append_bytes", None))
-        self._flush_seconds = flush_seconds
-        # results.jsonl = _base (what the store held, loaded lazily) + _appended (this process's lines);
-        # appends never wait for the load, so they work while the store is down.
-        self._base: list[str] | None = None
-        self._appended: list[str] = []
-        self._version = 0  # bumped by every change to the lines
-        self._flushed = 0  # the version results.jsonl holds
-        self._waiters = 0
-        self._tail_checked = False
+        self._results = open_results(store, flush_seconds=flush_seconds, attempt=attempt)
         self._closed = False
-        self._cond = threading.Condition()
-        # Appendable stores: lines the store refused so far (a full disk), in order.
-        self._unappended: list[str] = []
-        self._append_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.last_error: Exception | None = None
+
+    @property
+    def attempt(self) -> int | None:
+        """With an attempt, a rewrite of results.jsonl first checks that no newer attempt owns the run
+        (`latest`), so a zombie head cannot clobber its successor's results."""
+        return self._results.attempt
+
+    @attempt.setter
+    def attempt(self, attempt: int | None) -> None:
+        self._results.attempt = attempt
+
+    @property
+    def fenced(self) -> bool:
+        return self._results.fenced
+
+    @property
+    def last_error(self) -> Exception | None:
+        return self._results.last_error
 
     # -- the spec ------------------------------------------------------------------------------------
     def write_spec(self, text: str) -> None:
@@ -106,41 +100,15 @@ class RunStorage:
     def next_attempt(self) -> int:
         """One more than the attempt that wrote `latest` (0 for a new run): for local resumes,
         so that fencing treats the rerun as the newest writer."""
-        pointer = _read_latest_pointer(self.store)
-        return 0 if pointer is None else pointer["attempt"] + 1
+        pointer = read_latest_pointer(self.store)
+        return 0 if pointer is None else pointer.attempt + 1
 
     # -- results.jsonl -------------------------------------------------------------------------------
     def read_results(self) -> list[dict[str, Any]]:
-        with self._cond:
-            if self._base is not None:
-                return parse_jsonl("\n".join(self._base + self._appended).encode())
-        if self._appendable:
-            with self._cond:
-                unappended = "\n".join(self._unappended).encode()
-            try:
-                return parse_jsonl(self.store.get_bytes(RESULTS)) + parse_jsonl(unappended)
-            except NotFound:
-                return parse_jsonl(unappended)
-        base = self._load_base()
-        with self._cond:
-            if self._base is None:
-                self._base = base
-            return parse_jsonl("\n".join(self._base + self._appended).encode())
+        return self._results.read()
 
     def append_result(self, result: dict[str, Any]) -> None:
-        line = dumps_record(result)
-        if self._appendable:
-            with self._cond:
-                self._unappended.append(line)
-            self._append_pending()
-            return
-        with self._cond:
-            if self.fenced:
-                return
-            self._appended.append(line)
-            self._version += 1
-            self._ensure_thread()
-            self._cond.notify_all()
+        self._results.append(dumps_record(result))
 
     def truncate_results(self, after_iteration: int) -> int:
         """Drop result lines with iteration > after_iteration (a resume from an older checkpoint),
@@ -151,142 +119,19 @@ class RunStorage:
                 dropped += 1
             else:
                 kept.append(dumps_record(record))
-        if not dropped:
-            return 0
-        if self._appendable:
-            self.store.put_bytes(RESULTS, "".join(line + "\n" for line in kept).encode())
-            with self._cond:
-                self._unappended.clear()  # what was kept of them is in the object now
-            return dropped
-        with self._cond:
-            self._base, self._appended = kept, []
-            self._version += 1
-            self._ensure_thread()
-            self._cond.notify_all()
-        self.flush()
+        if dropped:
+            self._results.replace(kept)
         return dropped
-
-    def _append_pending(self) -> bool:
-        """Append the lines the store has not taken yet; False while it refuses them (a full disk):
-        they stay in memory and go with the next append or flush, so training never stops for it."""
-        with self._append_lock:
-            with self._cond:
-                lines = list(self._unappended)
-            if not lines:
-                return True
-            try:
-                prefix = "" if self._tail_checked else self._torn_tail_fix()
-                self.store.append_bytes(RESULTS, (prefix + "".join(ln + "\n" for ln in lines)).encode())  # type: ignore[attr-defined]
-            except StorageError as e:
-                if self.last_error is None:
-                    log.warning("%s; %d result line(s) kept in memory until it can be written", e, len(lines))
-                self.last_error = e
-                return False
-            self._tail_checked = True
-            with self._cond:
-                del self._unappended[: len(lines)]
-            if self.last_error is not None:
-                log.warning("%s: written again, %d kept line(s) included", self.store.url(RESULTS), len(lines))
-            self.last_error = None
-            return True
-
-    def _newer_attempt_owns_run(self) -> bool:
-        if self.attempt is None:
-            return False
-        pointer = _read_latest_pointer(self.store)
-        return pointer is not None and pointer["attempt"] > self.attempt
-
-    def _torn_tail_fix(self) -> str:
-        # A crash mid-append leaves a line without its newline; start on a fresh line
-        # so the torn one stays the only casualty.
-        try:
-            data = self.store.get_bytes(RESULTS)
-        except NotFound:
-            return ""
-        return "\n" if data and not data.endswith(b"\n") else ""
-
-    def _load_base(self) -> list[str]:
-        try:
-            data = self.store.get_bytes(RESULTS)
-        except NotFound:
-            data = b""
-        return [dumps_record(r) for r in parse_jsonl(data)]
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._flush_loop, name="kuberl-results", daemon=True)
-            self._thread.start()
-            # The flusher is a daemon thread: make sure a process that exits without close()
-            # still writes its last results (bounded, so a dead store cannot hang the exit).
-            ref = weakref.ref(self)
-            atexit.register(lambda: (run := ref()) is not None and run.close(timeout=EXIT_FLUSH_SECONDS))
-
-    def _flush_loop(self) -> None:
-        failures = 0
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._version > self._flushed or self._closed)
-                if self._version == self._flushed:
-                    return  # closed with nothing left to write
-                base = self._base
-            try:
-                if base is None:
-                    base = self._load_base()
-                    with self._cond:
-                        if self._base is None:
-                            self._base = base
-                with self._cond:
-                    version, lines = self._version, self._base + self._appended
-                if self._newer_attempt_owns_run():
-                    log.error("%s: a newer attempt owns this run; attempt %s stops writing results",
-                              self.store.url(RESULTS), self.attempt)
-                    with self._cond:
-                        self.fenced = True
-                        self._flushed = self._version  # nothing more will be written: release waiters
-                        self._cond.notify_all()
-                    return
-                self.store.put_bytes(RESULTS, "".join(line + "\n" for line in lines).encode())
-            except Exception as e:  # noqa: BLE001 - retried; the lines stay in memory
-                failures += 1
-                self.last_error = e
-                log.warning("%s: write failed (%s); will retry", self.store.url(RESULTS), e)
-                with self._cond:
-                    if self._closed:
-                        return
-                    # Appends notify the condition; only a close may cut the backoff short.
-                    self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures))
-                continue
-            failures, self.last_error = 0, None
-            with self._cond:
-                self._flushed = version
-                self._cond.notify_all()
-                # Coalesce appends: at most one rewrite per flush_seconds, unless someone waits.
-                self._cond.wait_for(lambda: self._closed or self._waiters > 0, timeout=self._flush_seconds)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until results.jsonl holds every appended line; False on timeout."""
-        if self._appendable:
-            return self._append_pending()
-        with self._cond:
-            self._waiters += 1
-            self._cond.notify_all()
-            try:
-                done = self._cond.wait_for(lambda: self._flushed >= self._version or self.fenced, timeout=timeout)
-                return done and not self.fenced
-            finally:
-                self._waiters -= 1
+        return self._results.flush(timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
         if self._closed:
             return
-        if not self.flush(timeout) and self._unappended:
-            log.error("%s: %d result line(s) could not be written (%s)", self.store.url(RESULTS),
-                      len(self._unappended), self.last_error)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._closed = True
+        self._results.close(timeout)
 
     # -- traces --------------------------------------------------------------------------------------
     def trace_writer(self, worker: str, **options: Any) -> TraceWriter:

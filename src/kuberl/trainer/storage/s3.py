@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kuberl.api.contract import REGION_KEY
-from kuberl.trainer.storage.base import NotFound, StorageError
+from kuberl.trainer.storage.errors import NotFound, StorageError
 from kuberl.trainer.storage.faults import TransientStorageError, classify
 
 MULTIPART_THRESHOLD = 16 << 20

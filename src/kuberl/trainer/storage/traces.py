@@ -1,6 +1,6 @@
 """Episode traces: buffered gzip JSON Lines chunks, traces/episodes-WORKER-SEQ.jsonl.gz.
 
-`TraceWriter.write` only appends a line to memory; a background thread gzips and
+`TraceWriter.write` only appends a line to memory; the background writer gzips and
 uploads a chunk when the buffer passes `max_bytes`, every `max_seconds`, and on
 close, so a rollout loop never waits on the store. While the store is down the
 lines stay buffered (up to `max_buffer_bytes`; beyond that the oldest are dropped
@@ -18,9 +18,11 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from kuberl.trainer.storage.base import ObjectStore, retry_delay
+from kuberl.trainer.storage.background import BackgroundWriter
+from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,15 @@ def read_traces(store: ObjectStore, worker: str | int | None = None) -> Iterator
         yield from parse_jsonl(data)
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """Records taken from the buffer for one upload: raw lines until a sequence number is taken, then gzip."""
+
+    body: bytes
+    records: int
+    seq: int | None = None
+
+
 class TraceWriter:
     """Buffers episode records of one worker and uploads them as gzip chunks in the background."""
 
@@ -81,52 +92,55 @@ class TraceWriter:
         self.records_written = 0  # records in uploaded chunks
         self.chunks_written = 0
         self.dropped = 0  # records lost because the store stayed down past max_buffer_bytes
-        self.last_error: Exception | None = None
         self._lines: deque[str] = deque()
         self._buffered_bytes = 0
-        self._unsent: tuple[int, bytes, int] | None = None  # (seq, gzip data, record count)
+        self._unsent: _Chunk | None = None  # taken from the buffer, not uploaded yet
         self._next_seq: int | None = None
         self._flush_requests = 0
         self._closed = False
         self._oldest_at = time.monotonic()  # when the oldest buffered line was written
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=f"kuberl-traces-{self.worker}", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        self._writer = BackgroundWriter(f"kuberl-traces-{self.worker}")
         # A daemon thread dies with the process: flush what is buffered at exit (bounded wait).
         ref = weakref.ref(self)
         atexit.register(lambda: (writer := ref()) is not None and writer.close(timeout=EXIT_FLUSH_SECONDS))
 
+    @property
+    def last_error(self) -> Exception | None:
+        return self._writer.last_error
+
     def write(self, record: dict[str, Any]) -> None:
         """Buffer one record; never touches the store."""
         line = dumps_record(record)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("TraceWriter is closed")
-            if not self._lines:
+            was_empty = not self._lines
+            if was_empty:
                 self._oldest_at = time.monotonic()
-                self._cond.notify_all()  # the flusher starts its max_seconds clock
             self._lines.append(line)
             self._buffered_bytes += len(line) + 1
             while self._buffered_bytes > self.max_buffer_bytes and len(self._lines) > 1:
                 self._buffered_bytes -= len(self._lines.popleft()) + 1
                 self.dropped += 1
-            if self._buffered_bytes >= self.max_bytes:
-                self._cond.notify_all()
+            if was_empty or self._buffered_bytes >= self.max_bytes:
+                self._schedule()
 
     @property
     def pending(self) -> int:
         """Records buffered or waiting for upload."""
-        with self._cond:
-            return len(self._lines) + (self._unsent[2] if self._unsent else 0)
+        with self._lock:
+            return len(self._lines) + (self._unsent.records if self._unsent else 0)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Upload everything buffered so far; False when the store did not take it within `timeout`."""
-        with self._cond:
-            self._flush_requests += 1
-            self._cond.notify_all()
-            try:
-                return self._cond.wait_for(lambda: not self._lines and self._unsent is None, timeout=timeout)
-            finally:
+        with self._lock:
+            self._flush_requests += 1  # records written meanwhile go at once too
+        try:
+            self._writer.hurry()
+            return self._writer.wait(timeout)
+        finally:
+            with self._lock:
                 self._flush_requests -= 1
 
     def close(self, timeout: float | None = 30.0) -> bool:
@@ -134,64 +148,40 @@ class TraceWriter:
         if self._closed:
             return self.pending == 0
         done = self.flush(timeout)
-        with self._cond:
+        with self._lock:
             self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=5)
+        self._writer.close(timeout=0)
         return done
 
-    def _due(self) -> bool:
-        if self._unsent is not None:
-            return True
-        if not self._lines:
-            return False
-        return (
-            self._closed
-            or self._flush_requests > 0
-            or self._buffered_bytes >= self.max_bytes
-            or time.monotonic() - self._oldest_at >= self.max_seconds
-        )
+    def _schedule(self) -> None:
+        """Queue the upload of the buffer (holding the lock): at once when it is due, else when its oldest
+        line is max_seconds old. The writer keeps one upload waiting; the earlier time wins."""
+        due_now = self._closed or self._flush_requests > 0 or self._buffered_bytes >= self.max_bytes
+        delay = 0.0 if due_now else max(0.0, self._oldest_at + self.max_seconds - time.monotonic())
+        self._writer.submit(f"traces of worker {self.worker}", self._upload, key=TRACES, delay=delay)
 
-    def _run(self) -> None:
-        failures = 0
-        while True:
-            with self._cond:
-                while not self._due():
-                    if self._closed:
-                        return
-                    timeout = None if not self._lines else max(
-                        0.0, self.max_seconds - (time.monotonic() - self._oldest_at))
-                    self._cond.wait(timeout)
-                if self._unsent is None:
-                    lines = list(self._lines)
-                    self._lines.clear()
-                    self._buffered_bytes = 0
-                    body = "".join(line + "\n" for line in lines).encode()
-                    self._unsent = (-1, body, len(lines))
-                seq, body, count = self._unsent
-            try:
-                if seq < 0:
-                    seq = self._take_seq()
-                    body = gzip.compress(body, compresslevel=6)
-                    with self._cond:
-                        self._unsent = (seq, body, count)
-                self.store.put_bytes(chunk_key(self.worker, seq), body)
-            except Exception as e:  # noqa: BLE001 - the chunk stays unsent and is retried
-                failures += 1
-                self.last_error = e
-                log.warning("traces of worker %s: upload failed (%s); will retry", self.worker, e)
-                with self._cond:
-                    if self._closed and self._flush_requests == 0:
-                        return
-                    # New records notify the condition; only a close may cut the backoff short.
-                    self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures))
-                continue
-            failures, self.last_error = 0, None
-            with self._cond:
-                self._unsent = None
-                self.records_written += count
-                self.chunks_written += 1
-                self._cond.notify_all()
+    def _upload(self) -> None:
+        """The job: upload the unsent chunk, else take the buffer as one (the writer retries it)."""
+        with self._lock:
+            if self._unsent is None:
+                if not self._lines:
+                    return
+                body = "".join(line + "\n" for line in self._lines).encode()
+                self._unsent = _Chunk(body, len(self._lines))
+                self._lines.clear()
+                self._buffered_bytes = 0
+            chunk = self._unsent
+        if chunk.seq is None:
+            chunk = _Chunk(gzip.compress(chunk.body, compresslevel=6), chunk.records, self._take_seq())
+            with self._lock:
+                self._unsent = chunk
+        self.store.put_bytes(chunk_key(self.worker, chunk.seq), chunk.body)
+        with self._lock:
+            self._unsent = None
+            self.records_written += chunk.records
+            self.chunks_written += 1
+            if self._lines:  # written during the upload, or left when this job replaced a failed one
+                self._schedule()
 
     def _take_seq(self) -> int:
         # Continue after the chunks an earlier attempt of the run left for this worker.

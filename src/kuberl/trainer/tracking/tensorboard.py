@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kuberl.trainer.storage.base import ObjectStore, StorageError, open_store
+from kuberl.trainer.storage.base import ObjectStore, StorageError
+from kuberl.trainer.storage.stores import open_store
 from kuberl.trainer.tracking.scalars import result_scalars
 
 log = logging.getLogger(__name__)

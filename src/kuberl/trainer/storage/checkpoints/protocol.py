@@ -14,20 +14,15 @@ import hashlib
 import json
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from kuberl.trainer.storage.base import (
-    CheckpointInfo,
-    NotFound,
-    ObjectStore,
-    StorageError,
-    open_store,
-    retry_delay,
-)
+from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore, SizedListing
+from kuberl.trainer.storage.errors import NotFound, StorageError
+from kuberl.trainer.storage.stores import open_store
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +78,7 @@ def _read_manifest(store: ObjectStore, key: str) -> dict[str, Any] | None:
 
 
 def _sizes(store: ObjectStore, prefix: str) -> dict[str, int] | None:
-    sizes = getattr(store, "sizes", None)
-    return sizes(prefix) if callable(sizes) else None
+    return store.sizes(prefix) if isinstance(store, SizedListing) else None
 
 
 def _matches_listing(manifest: dict[str, Any], key: str, listing: dict[str, int] | set[str]) -> bool:
@@ -116,11 +110,21 @@ def list_checkpoints(store: ObjectStore) -> list[CheckpointInfo]:
     return sorted(found, key=lambda c: c.iteration)
 
 
-def _read_latest_pointer(store: ObjectStore) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class LatestPointer:
+    """`checkpoints/latest`: the newest complete checkpoint as its writer saw it, and that writer's attempt."""
+
+    checkpoint: str  # the directory name, "000120"
+    attempt: int = 0
+    iteration: int = -1
+
+
+def read_latest_pointer(store: ObjectStore) -> LatestPointer | None:
+    """`checkpoints/latest`, or None when missing or unreadable (then no attempt owns the run yet)."""
     try:
         pointer = json.loads(store.get_bytes(LATEST))
-        return {"checkpoint": str(pointer["checkpoint"]), "attempt": int(pointer.get("attempt", 0)),
-                "iteration": int(pointer.get("iteration", -1))}
+        return LatestPointer(str(pointer["checkpoint"]), int(pointer.get("attempt", 0)),
+                             int(pointer.get("iteration", -1)))
     except NotFound:
         return None
     except (ValueError, KeyError, TypeError):
@@ -207,10 +211,10 @@ def load_checkpoint(uri: str, endpoint: str | None = None) -> tuple[dict[str, by
 
 
 def _fence(store: ObjectStore, attempt: int, iteration: int) -> None:
-    pointer = _read_latest_pointer(store)
-    if pointer is not None and pointer["attempt"] > attempt:
+    pointer = read_latest_pointer(store)
+    if pointer is not None and pointer.attempt > attempt:
         raise FencedError(
-            f"{store.url(LATEST)} belongs to attempt {pointer['attempt']}; attempt {attempt} "
+            f"{store.url(LATEST)} belongs to attempt {pointer.attempt}; attempt {attempt} "
             f"stops writing checkpoints (iteration {iteration} not written)"
         )
 
@@ -273,13 +277,13 @@ def write_checkpoint(
 
 
 def _move_latest(store: ObjectStore, info: CheckpointInfo) -> None:
-    pointer = _read_latest_pointer(store)
+    pointer = read_latest_pointer(store)
     if pointer is not None:
-        if pointer["attempt"] > info.attempt:
-            raise FencedError(f"{store.url(LATEST)} belongs to attempt {pointer['attempt']}; "
+        if pointer.attempt > info.attempt:
+            raise FencedError(f"{store.url(LATEST)} belongs to attempt {pointer.attempt}; "
                               f"checkpoint {info.uri} of attempt {info.attempt} is not made latest")
-        same_attempt_newer = pointer["attempt"] == info.attempt and pointer["iteration"] > info.iteration
-        if same_attempt_newer and _complete(store, f"{CHECKPOINTS}/{pointer['checkpoint']}") is not None:
+        same_attempt_newer = pointer.attempt == info.attempt and pointer.iteration > info.iteration
+        if same_attempt_newer and _complete(store, f"{CHECKPOINTS}/{pointer.checkpoint}") is not None:
             return
     body = {"checkpoint": info.key.rsplit("/", 1)[1], "iteration": info.iteration,
             "timesteps": info.timesteps, "attempt": info.attempt}
@@ -325,12 +329,12 @@ def apply_retention(store: ObjectStore, keep: int) -> list[str]:
     complete = list_checkpoints(store)
     if not complete:
         return []
-    pointer = _read_latest_pointer(store)
     protected = {c.key for c in complete[-keep:]}
-    best = read_best_pointer(store)
-    for named in (pointer, best):
-        if named is not None:
-            protected.add(f"{CHECKPOINTS}/{named['checkpoint']}")
+    latest, best = read_latest_pointer(store), read_best_pointer(store)
+    if latest is not None:
+        protected.add(f"{CHECKPOINTS}/{latest.checkpoint}")
+    if best is not None:
+        protected.add(f"{CHECKPOINTS}/{best['checkpoint']}")
     newest = complete[-1].iteration
     complete_keys = {c.key for c in complete}
     doomed = []
@@ -345,178 +349,3 @@ def apply_retention(store: ObjectStore, keep: int) -> list[str]:
         store.delete(f"{key}/{MANIFEST}")
         store.delete_prefix(f"{key}/")
     return doomed
-
-
-class CheckpointWriter:
-    """Writes checkpoints in a background thread so training never waits on the store.
-
-    One write at a time; a submit while a write is running replaces any pending one
-    (the newest state wins). Failed writes are retried with backoff until they succeed,
-    a newer checkpoint is submitted, or the writer is closed. `before_commit` (for example
-    RunStorage.flush) runs before each manifest; see write_checkpoint.
-    """
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        keep: int,
-        attempt: int = 0,
-        on_written: Callable[[CheckpointInfo], None] | None = None,
-        before_commit: Callable[[], object] | None = None,
-        max_backoff_seconds: float = 10.0,
-    ) -> None:
-        self.store = store
-        self.before_commit = before_commit
-        self.keep = keep
-        self.attempt = attempt
-        self.on_written = on_written
-        self.max_backoff_seconds = max_backoff_seconds
-        self.last: CheckpointInfo | None = None
-        self.last_error: Exception | None = None
-        self.last_duration_seconds: float | None = None
-        self.fenced = False
-        self.failures = 0
-        self._pending: tuple[int, dict[str, bytes], int] | None = None
-        self._best: tuple[int, dict[str, bytes], int, float] | None = None  # newest best waiting to be marked
-        self.best: CheckpointInfo | None = None
-        self._in_flight: int | None = None
-        self._closed = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="kuberl-checkpoint-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, iteration: int, files: dict[str, bytes], timesteps: int) -> bool:
-        """Queue a checkpoint; returns False when it is already written, in flight, or fenced off."""
-        with self._cond:
-            if self._closed or self.fenced:
-                return False
-            if (self.last is not None and self.last.iteration >= iteration) or self._in_flight == iteration:
-                return False
-            if self._pending is not None and self._pending[0] > iteration:
-                return False
-            self._pending = (iteration, files, timesteps)
-            self._cond.notify_all()
-            return True
-
-    def submit_best(self, iteration: int, files: dict[str, bytes], timesteps: int, score: float) -> bool:
-        """Point `checkpoints/best` at iteration's checkpoint (written from `files` if it is not there);
-        a newer best submitted before this one is done replaces it."""
-        with self._cond:
-            if self._closed or self.fenced:
-                return False
-            self._best = (iteration, files, timesteps, score)
-            self._cond.notify_all()
-            return True
-
-    def _waiting(self) -> bool:
-        return self._pending is not None or self._best is not None or self._in_flight is not None
-
-    @property
-    def busy(self) -> bool:
-        with self._cond:
-            return self._waiting()
-
-    def wait(self, timeout: float | None = None) -> CheckpointInfo | None:
-        """Wait until nothing is pending or in flight (or the timeout); returns the last written."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._waiting() and not self.fenced:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            return self.last
-
-    def close(self, timeout: float | None = 60.0) -> CheckpointInfo | None:
-        """Finish the pending write (up to `timeout`: a dead store must not hang the exit), then stop."""
-        last = self.wait(timeout)
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=5)
-        return last
-
-    def _next(self) -> tuple[str, tuple] | None:
-        with self._cond:
-            while self._pending is None and self._best is None and not self._closed:
-                self._cond.wait()
-            if self._pending is not None:
-                job, self._pending = self._pending, None
-                self._in_flight = job[0]
-                return "checkpoint", job
-            if self._best is not None:
-                best, self._best = self._best, None
-                self._in_flight = best[0]
-                return "best", best
-            return None
-
-    def _write(self, kind: str, job: tuple) -> CheckpointInfo:
-        if kind == "best":
-            iteration, files, timesteps, score = job
-            return write_best(self.store, iteration, files, timesteps=timesteps, score=score, attempt=self.attempt,
-                              before_manifest=self.before_commit)
-        iteration, files, timesteps = job
-        return write_checkpoint(self.store, iteration, files, timesteps=timesteps, attempt=self.attempt,
-                                before_manifest=self.before_commit)
-
-    def _run(self) -> None:
-        failures = 0  # in a row, across checkpoints: a newer checkpoint does not reset the backoff
-        while (next_job := self._next()) is not None:
-            kind, job = next_job
-            iteration = job[0]
-            while True:
-                started = time.monotonic()
-                try:
-                    info = self._write(kind, job)
-                except FencedError as e:
-                    log.error("%s", e)
-                    with self._cond:
-                        self.fenced, self.last_error = True, e
-                        self._pending, self._best, self._in_flight = None, None, None
-                        self._cond.notify_all()
-                    return
-                except Exception as e:  # noqa: BLE001 - any store failure is retried
-                    failures += 1
-                    self.failures += 1
-                    self.last_error = e
-                    log.warning("checkpoint %d: write failed (%s); retry %d", iteration, e, failures)
-                    if self._wait_before_retry(failures, kind):
-                        break  # a newer checkpoint replaces this one, or the writer closed
-                    continue
-                failures = 0
-                if kind == "best":
-                    self.best = info
-                    self._retain()
-                else:
-                    self.last_duration_seconds = time.monotonic() - started
-                    self._finish(info)
-                break
-            with self._cond:
-                self._in_flight = None
-                self._cond.notify_all()
-
-    def _wait_before_retry(self, failures: int, kind: str = "checkpoint") -> bool:
-        """Sleep the backoff (a submit does not cut it short: the store is still failing; a close does);
-        True when this write should be given up for a newer pending one, or because the writer closed."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed, timeout=retry_delay(failures, cap=self.max_backoff_seconds))
-            newer = self._best if kind == "best" else self._pending
-            return newer is not None or self._closed
-
-    def _retain(self) -> None:
-        try:
-            apply_retention(self.store, self.keep)
-        except Exception as e:  # noqa: BLE001 - retention is retried after the next checkpoint
-            log.warning("checkpoint retention failed: %s", e)
-
-    def _finish(self, info: CheckpointInfo) -> None:
-        self._retain()
-        with self._cond:
-            self.last = info
-            self.last_error = None
-        if self.on_written is not None:
-            try:
-                self.on_written(info)
-            except Exception:  # noqa: BLE001 - a callback must not kill the writer
-                log.exception("checkpoint on_written callback failed")

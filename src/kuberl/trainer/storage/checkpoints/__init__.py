@@ -1,0 +1,45 @@
+"""Checkpoints: the protocol on a store (protocol.py) and the background CheckpointWriter (writer.py)."""
+
+from kuberl.trainer.storage.checkpoints.protocol import (
+    BEST,
+    CHECKPOINTS,
+    LATEST,
+    MANIFEST,
+    CheckpointCorrupt,
+    FencedError,
+    LatestPointer,
+    apply_retention,
+    checkpoint_key,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_best_pointer,
+    read_checkpoint,
+    read_latest_pointer,
+    restore_latest,
+    write_best,
+    write_checkpoint,
+)
+from kuberl.trainer.storage.checkpoints.writer import CheckpointWriter
+
+__all__ = [
+    "BEST",
+    "CHECKPOINTS",
+    "LATEST",
+    "MANIFEST",
+    "CheckpointCorrupt",
+    "CheckpointWriter",
+    "FencedError",
+    "LatestPointer",
+    "apply_retention",
+    "checkpoint_key",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "read_best_pointer",
+    "read_checkpoint",
+    "read_latest_pointer",
+    "restore_latest",
+    "write_best",
+    "write_checkpoint",
+]

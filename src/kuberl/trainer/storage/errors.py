@@ -1,0 +1,11 @@
+"""What a store raises for what no retry fixes; faults.py sorts the rest."""
+
+from __future__ import annotations
+
+
+class StorageError(RuntimeError):
+    """A storage problem no retry fixes (no such bucket, access denied, bad endpoint)."""
+
+
+class NotFound(StorageError, KeyError):
+    """The key does not exist."""
