@@ -93,7 +93,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from kuberl.trainer.run.evaluate import evaluate_checkpoint
+    from kuberl.trainer.evaluation.checkpoint import evaluate_checkpoint
 
     report = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, endpoint=args.endpoint, seed=args.seed)
     print(report)
@@ -101,7 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from kuberl.trainer.run.evaluate import export_checkpoint
+    from kuberl.trainer.export.checkpoint import export_checkpoint
 
     print(export_checkpoint(args.checkpoint, args.format, out=args.out, endpoint=args.endpoint))
     return 0

@@ -200,7 +200,7 @@ spec:
 def test_kuberl_export_writes_a_checkpoint_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import onnxruntime as ort
 
-    from kuberl.trainer.run.evaluate import load_algorithm
+    from kuberl.trainer.evaluation.checkpoint import load_algorithm
 
     (tmp_path / "exp.yaml").write_text(MANIFEST)
     run = tmp_path / "runs" / "exp"

@@ -60,7 +60,7 @@ def test_training_continues_through_an_s3_outage(s3: S3Server, s3_bucket: str, t
     assert len(list(read_traces(store))) >= results[-1]["episodes"]
 
     # The run reads back from S3 like a local one: `kuberl traces` and `kuberl evaluate`.
-    from kuberl.trainer.run.evaluate import evaluate_checkpoint
+    from kuberl.trainer.evaluation.checkpoint import evaluate_checkpoint
     from kuberl.trainer.run.traces_report import report
 
     text = report(store.uri, endpoint=s3.endpoint, png_path=tmp_path / "curve.png")

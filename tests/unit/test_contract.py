@@ -11,7 +11,9 @@ import pytest
 
 from kuberl.api import contract
 from kuberl.operator.status import pod_state
-from kuberl.trainer.run.driver import LiveStatus, Summary, _write_termination_log
+from kuberl.trainer.run.live_status import LiveStatus
+from kuberl.trainer.run.settings import TrainerSettings
+from kuberl.trainer.run.summary import Summary, write_termination_log
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "kuberl"
 
@@ -27,7 +29,7 @@ def test_a_termination_log_reads_back_as_the_operator_sees_it(tmp_path, monkeypa
     monkeypatch.setenv(contract.ENV_TERMINATION_LOG, str(path))
     summary = Summary(contract.RESULT_INVALID_SPEC, "StorageError", "no such bucket", iteration=3, timesteps=96,
                       runUri="s3://b/run")
-    _write_termination_log(summary)
+    write_termination_log(summary, TrainerSettings.from_env().termination_log)
     pod = {"metadata": {"name": "x-head", "labels": {contract.ROLE_LABEL: contract.HEAD_ROLE}},
            "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
                "exitCode": summary.exit_code, "message": path.read_text()}}}]}}

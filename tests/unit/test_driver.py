@@ -10,14 +10,11 @@ import pytest
 from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
 from kuberl.api.types import StopSpec
 from kuberl.trainer.run import metrics
-from kuberl.trainer.run.driver import (
-    LiveStatus,
-    Summary,
-    _write_termination_log,
-    progress_line,
-    stop_reason,
-)
+from kuberl.trainer.run.live_status import LiveStatus
+from kuberl.trainer.run.progress import progress_line
+from kuberl.trainer.run.settings import TrainerSettings
 from kuberl.trainer.run.status_server import start_status_server
+from kuberl.trainer.run.summary import Summary, stop_reason, write_termination_log
 
 RESULT = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
           "envStepsPerSecond": 40960.0, "episodes": 90}
@@ -62,7 +59,8 @@ def test_exit_codes():
 def test_termination_log_is_json_and_bounded(tmp_path, monkeypatch):
     path = tmp_path / "termination-log"
     monkeypatch.setenv("KUBERL_TERMINATION_LOG", str(path))
-    _write_termination_log(Summary("Failed", "RuntimeError", "x" * 10_000, iteration=3))
+    write_termination_log(Summary("Failed", "RuntimeError", "x" * 10_000, iteration=3),
+                          TrainerSettings.from_env().termination_log)
     text = path.read_text()
     assert len(text) <= 4000
     assert text.startswith('{"result": "Failed", "reason": "RuntimeError"')

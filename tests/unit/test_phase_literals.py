@@ -11,8 +11,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 from kuberl.api.types import Phase
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "kuberl"
@@ -58,8 +56,5 @@ def test_no_phase_is_written_as_a_literal_outside_the_enum():
     assert _phase_literals(paths) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the trainer still writes its /status phase ('Starting', 'Running') and a "
-                   "result ('Succeeded') as strings; owned by the trainer's engineers: Phase.STARTING and "
-                   "Phase.RUNNING from kuberl.api.types, contract.RESULT_*. Remove this mark once they do.")
 def test_the_trainer_writes_no_phase_as_a_literal():
     assert _phase_literals(sorted((SRC / "trainer").rglob("*.py"))) == []

@@ -10,9 +10,13 @@ and end with `**kwargs`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.user_code import UserClassNotFound, import_user_class
+
+if TYPE_CHECKING:
+    from kuberl.trainer.storage.base import CheckpointInfo
 
 EpisodeHook = Callable[..., None]  # fn(algorithm=..., episode=record)
 ResultHook = Callable[..., None]  # fn(algorithm=..., result=result)
@@ -53,6 +57,21 @@ class FunctionCallbacks(Callbacks):
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         if self.result_hook is not None:
             self.result_hook(algorithm=algorithm, result=result)
+
+
+class CallbacksObserver(RunObserver):
+    """Calls the algorithm's callbacks for what the run sees (`on_episode_end` and `on_train_result`
+    are the algorithm's own)."""
+
+    def __init__(self, algorithm: Any) -> None:
+        self.algorithm = algorithm
+
+    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
+        self.algorithm.callbacks.on_evaluation_result(algorithm=self.algorithm, evaluation=evaluation)
+
+    def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
+        checkpoint = {"uri": info.uri, "iteration": info.iteration, "timesteps": info.timesteps}
+        self.algorithm.callbacks.on_checkpoint_written(algorithm=self.algorithm, checkpoint=checkpoint)
 
 
 class CallbacksNotFound(ValueError):

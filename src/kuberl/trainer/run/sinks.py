@@ -1,14 +1,19 @@
 """Result sinks: where each training result goes besides results.jsonl (TensorBoard, MLflow, ...).
 
-The driver hands every result to each sink through the background writer, so a slow or failing
-sink never stops training; a sink whose `write` raises is retried with the storage backoff.
+The run hands every results line to each sink through the background writer (`ResultLines`, an
+observer of the run), so a slow or failing sink never stops training; a sink whose `write` raises
+is retried with the storage backoff.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.storage.background import BackgroundWriter
+
+if TYPE_CHECKING:
+    from kuberl.trainer.storage.run import RunStorage
 
 
 class ResultSink(Protocol):
@@ -34,3 +39,15 @@ class ResultSinks:
     def close(self) -> None:
         for sink in self.sinks:
             self.background.submit(f"closing {type(sink).__name__}", sink.close)
+
+
+class ResultLines(RunObserver):
+    """Each results line into results.jsonl, then to the sinks."""
+
+    def __init__(self, run: RunStorage, sinks: ResultSinks) -> None:
+        self.run = run
+        self.sinks = sinks
+
+    def on_line(self, line: dict[str, Any]) -> None:
+        self.run.append_result(line)
+        self.sinks.write(line)

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.run.evaluations import VIDEOS
-from kuberl.trainer.storage.base import ObjectStore, StorageError, open_store
+from kuberl.trainer.evaluation.run_evaluations import VIDEOS
+from kuberl.trainer.storage import open_store
+from kuberl.trainer.storage.base import ObjectStore, StorageError
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.storage.run import RunStorage
 from kuberl.trainer.storage.traces import read_traces

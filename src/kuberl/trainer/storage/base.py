@@ -13,8 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from kuberl.trainer.storage.errors import NotFound, StorageError
 
-__all__ = ["AppendableStore", "CheckpointInfo", "NotFound", "ObjectStore", "SizedListing", "StorageError",
-           "open_store"]
+__all__ = ["AppendableStore", "CheckpointInfo", "NotFound", "ObjectStore", "SizedListing", "StorageError"]
 
 
 @runtime_checkable
@@ -62,9 +61,3 @@ class CheckpointInfo:
     files: dict[str, int] = field(default_factory=dict)  # name -> size
 
 
-def open_store(uri: str, *, endpoint: str | None = None, region: str | None = None) -> ObjectStore:
-    """Transitional: the interface does not open stores; stores.open_store (kuberl.trainer.storage.open_store)
-    does. Remove once algorithms/base.py and run/traces_report.py import it from kuberl.trainer.storage."""
-    from kuberl.trainer.storage.stores import open_store as open_by_uri
-
-    return open_by_uri(uri, endpoint=endpoint, region=region)

@@ -1,8 +1,8 @@
-"""`kuberl evaluate` and `kuberl export`: a checkpoint's algorithm, rebuilt locally from a local or S3 checkpoint."""
+"""`kuberl evaluate`: a checkpoint's algorithm, rebuilt locally from a local or S3 checkpoint, plays
+evaluation episodes. `load_algorithm` rebuilds it for `kuberl export` too."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from kuberl.api.validation import fail, load_manifest
@@ -50,25 +50,3 @@ def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = 
     if "episodeLengthMean" in stats:
         lines.append(f"length mean {stats['episodeLengthMean']:.1f}")
     return "\n".join(lines)
-
-
-def export_checkpoint(uri: str, fmt: str, *, out: str | None = None, endpoint: str | None = None) -> str:
-    """Write the checkpoint's greedy policy as an ONNX or TorchScript file; says where and how big."""
-    from kuberl.api.types import EXPORT_FORMATS
-    from kuberl.trainer.export.formats import SUFFIXES, write_export
-    from kuberl.trainer.tracking.tensorboard import run_name
-
-    if fmt not in EXPORT_FORMATS:
-        raise fail("--format", f"{fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
-    algo, info = load_algorithm(uri, endpoint=endpoint)
-    try:
-        run_uri = info.uri.rsplit("/checkpoints/", 1)[0]
-        path = Path(out) if out else Path(f"{run_name(run_uri)}-{info.iteration:06d}{SUFFIXES[fmt]}")
-        if path.parent and not path.parent.is_dir():
-            raise fail("--out", f"{path.parent}: no such directory")
-        write_export(algo, fmt, path, checkpoint=info.uri)
-    finally:
-        algo.stop()
-    return (f"{fmt} policy of {info.uri} (iteration {info.iteration}): {path} ({path.stat().st_size:,} bytes)\n"
-            f"input {algo.observation_space.shape} {algo.observation_space.dtype} observations (a batch), "
-            f"output greedy actions")

@@ -1,5 +1,6 @@
-"""The run's evaluations: launched from the training loop, reported into results.jsonl, the live
-status, the metrics, the callbacks, videos/ and the best checkpoint.
+"""The run's evaluations, an observer of the run: launched after training iterations, reported into
+the results lines (and so the live status, the metrics and the callbacks), videos/ and the best
+checkpoint.
 
 An evaluation's result goes under `evaluation` on the results line of the iteration in which it
 finished (with `iteration` and `timesteps` naming the policy it evaluated: with workers: 0 that is
@@ -16,11 +17,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kuberl.trainer.evaluation.evaluator import Evaluation, Evaluator
-from kuberl.trainer.run import metrics
+from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.storage.checkpoints import read_best_pointer
 
 if TYPE_CHECKING:
-    from kuberl.api.types import RLExperiment
+    from kuberl.api.types import EvaluationSpec
     from kuberl.trainer.algorithms.base import Algorithm
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.base import ObjectStore
@@ -35,25 +36,37 @@ def video_key(iteration: int) -> str:
     return f"{VIDEOS}/evaluation-{iteration:06d}.mp4"
 
 
-class RunEvaluations:
-    def __init__(self, experiment: RLExperiment, algo: Algorithm, *, store: ObjectStore,
-                 checkpoints: CheckpointWriter, background: BackgroundWriter,
-                 on_result: Callable[[dict[str, Any]], None],
+class BestCheckpoint:
+    """checkpoint.keepBest: `checkpoints/best` follows the evaluation with the best return mean."""
+
+    def __init__(self, store: ObjectStore, checkpoints: CheckpointWriter,
                  snapshot: Callable[[], dict[str, bytes]]) -> None:
-        spec = experiment.spec
-        assert spec.evaluation is not None
-        self.algo = algo
-        self.store = store
         self.checkpoints = checkpoints
-        self.background = background
-        self.on_result = on_result  # the live status
-        self.keep_best = spec.checkpoint.keep_best
-        self.evaluator = Evaluator(spec.evaluation, algo, snapshot=snapshot if self.keep_best else None)
-        best = read_best_pointer(store) if self.keep_best else None
+        self.snapshot = snapshot  # the run's state, taken when an evaluation starts
+        best = read_best_pointer(store)
         self.best_return: float | None = best["evaluationReturnMean"] if best else None
+
+    def offer(self, evaluation: Evaluation) -> None:
+        score = evaluation.return_mean
+        if score is not None and evaluation.state is not None and (
+            self.best_return is None or score > self.best_return
+        ):
+            self.best_return = score
+            self.checkpoints.submit_best(evaluation.iteration, evaluation.state, int(evaluation.summary["timesteps"]),
+                                         score)
+
+
+class RunEvaluations(RunObserver):
+    def __init__(self, spec: EvaluationSpec, algo: Algorithm, *, store: ObjectStore, background: BackgroundWriter,
+                 best: BestCheckpoint | None, report: Callable[[dict[str, Any]], None]) -> None:
+        self.store = store
+        self.background = background
+        self.best = best
+        self.report = report  # to the run's observers (on_evaluation)
+        self.evaluator = Evaluator(spec, algo, snapshot=best.snapshot if best is not None else None)
         self._carried: list[Evaluation] = []  # finished, waiting for a line of their own
 
-    def step(self, result: dict[str, Any]) -> None:
+    def on_result(self, result: dict[str, Any]) -> None:
         """After a training iteration: start an evaluation if one is due; put a finished one on `result`."""
         if self.evaluator.due(result["iteration"]):
             self.evaluator.launch(result["iteration"], result["timesteps"])
@@ -61,12 +74,12 @@ class RunEvaluations:
         self._attach(result, finished[:1])
         self._carried = finished[1:]
 
-    def finish(self, result: dict[str, Any]) -> list[dict[str, Any]]:
+    def on_last_result(self, result: dict[str, Any]) -> list[dict[str, Any]]:
         """Training stops after `result`: evaluate its policy, wait for every evaluation; lines to add."""
         if result["iteration"] != self.evaluator.last_iteration:
             self.evaluator.launch(result["iteration"], result["timesteps"])
         finished, self._carried = self._carried + self.evaluator.drain(), []
-        if "evaluation" in result:  # one finished in step() already
+        if "evaluation" in result:  # one finished in on_result() already
             return [self._line(result, e) for e in finished]
         self._attach(result, finished[:1])
         return [self._line(result, e) for e in finished[1:]]
@@ -78,24 +91,19 @@ class RunEvaluations:
 
     def _attach(self, result: dict[str, Any], finished: list[Evaluation]) -> None:
         for evaluation in finished:
-            self._report(evaluation)
+            self._finished(evaluation)
             result["evaluation"] = evaluation.summary
 
-    def _report(self, evaluation: Evaluation) -> None:
+    def _finished(self, evaluation: Evaluation) -> None:
         summary = evaluation.summary
         if evaluation.video is not None:
             key, data = video_key(evaluation.iteration), evaluation.video
             summary["video"] = self.store.url(key)
             self.background.submit(key, lambda: self.store.put_bytes(key, data))
-        metrics.observe_evaluation(summary)
-        self.on_result(summary)
+        if self.best is not None:
+            self.best.offer(evaluation)
+        self.report(summary)
         score = evaluation.return_mean
-        if self.keep_best and score is not None and evaluation.state is not None and (
-            self.best_return is None or score > self.best_return
-        ):
-            self.best_return = score
-            self.checkpoints.submit_best(evaluation.iteration, evaluation.state, int(summary["timesteps"]), score)
-        self.algo.callbacks.on_evaluation_result(algorithm=self.algo, evaluation=summary)
         log.info("evaluation of iteration %d: return mean %s over %d episodes", evaluation.iteration,
                  f"{score:.2f}" if score is not None else "-", summary["episodes"])
 

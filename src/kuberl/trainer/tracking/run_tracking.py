@@ -1,7 +1,7 @@
-"""The run's trackers, wired for the driver: TensorBoard event files, MLflow, and exported policies.
+"""The run's trackers, an observer of the run: TensorBoard event files, MLflow, and exported policies.
 
-`sinks` join the run's result sinks (fed through the background writer); `checkpoint` exports the
-policy of each checkpoint (checkpoint.export); `finish` gives MLflow the final checkpoint and policy.
+`sinks` join the run's result sinks (fed through the background writer); each checkpoint's policy is
+exported (checkpoint.export); at the end MLflow gets the final checkpoint and policy.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kuberl.api.contract import ATTEMPT_ANNOTATION, EXPERIMENT_LABEL
+from kuberl.api.contract import ATTEMPT_ANNOTATION, EXPERIMENT_LABEL, RESULT_SUCCEEDED, RESULT_TERMINATED
 from kuberl.trainer.export.run_exports import RunExports
+from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.tracking.tensorboard import TensorBoardSink
 
 if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment
+    from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore
     from kuberl.trainer.tracking.mlflow_run import MLflowSink
@@ -23,13 +25,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # How the run ended (the driver's summary result) as an MLflow run status.
-MLFLOW_STATUS = {"Succeeded": "FINISHED", "Terminated": "KILLED"}
+MLFLOW_STATUS = {RESULT_SUCCEEDED: "FINISHED", RESULT_TERMINATED: "KILLED"}
 
 
-class RunTracking:
-    def __init__(self, experiment: RLExperiment, store: ObjectStore, background: BackgroundWriter, *,
+class RunTracking(RunObserver):
+    def __init__(self, experiment: RLExperiment, algo: Any, store: ObjectStore, background: BackgroundWriter, *,
                  attempt: int, namespace: str | None) -> None:
         spec = experiment.spec
+        self.algo = algo
         self.store = store
         self.background = background
         self.export_formats = list(spec.checkpoint.export)
@@ -51,25 +54,26 @@ class RunTracking:
     def sinks(self) -> list[Any]:
         return [self.tensorboard] + ([self.mlflow] if self.mlflow is not None else [])
 
-    def checkpoint(self, algo: Any, iteration: int) -> None:
-        self.exports.submit(algo, iteration)
-
-    def annotate(self, result: dict[str, Any]) -> None:
-        """Say in the result when MLflow is not logging (results.jsonl keeps the flag)."""
-        if self.mlflow is not None and self.mlflow.problem:
-            result["tracking"] = {"mlflow": {"ok": False, "problem": self.mlflow.problem}}
-
     @property
     def problem(self) -> str | None:
         return self.mlflow.problem if self.mlflow is not None else None
 
-    def finish(self, algo: Any, final: CheckpointInfo | None, result: str) -> None:
+    def on_result(self, result: dict[str, Any]) -> None:
+        """Say in the result when MLflow is not logging (results.jsonl keeps the flag)."""
+        if self.mlflow is not None and self.mlflow.problem:
+            result["tracking"] = {"mlflow": {"ok": False, "problem": self.mlflow.problem}}
+
+    def on_checkpoint(self, iteration: int) -> None:
+        self.exports.submit(self.algo, iteration)
+
+    def on_end(self, summary: Summary, final: CheckpointInfo | None) -> None:
         """MLflow gets the final checkpoint's files and the policy exported from the final weights."""
         if self.mlflow is None:
             return
         from kuberl.trainer.export.formats import SUFFIXES, save_policy
         from kuberl.trainer.export.policy import describe, example_input, exported_policy
 
+        algo = self.algo
         policy, example = exported_policy(algo), example_input(algo.observation_space)
         description = describe(algo, checkpoint=final.uri if final is not None else None)
         formats = self.export_formats or ["onnx"]
@@ -87,6 +91,6 @@ class RunTracking:
             for fmt in formats:
                 save_policy(policy, example, fmt, directory / "policy" / f"policy{SUFFIXES[fmt]}", description)
 
-        mlflow, status = self.mlflow, MLFLOW_STATUS.get(result, "FAILED")
+        mlflow, status = self.mlflow, MLFLOW_STATUS.get(summary.result, "FAILED")
         # Through the run's background writer: after the sinks have been handed every result.
         self.background.submit("MLflow final artifacts", lambda: mlflow.finish(status, artifacts))

@@ -1,0 +1,67 @@
+"""The run's live status: what GET /status answers (kuberl.api.contract's `TrainerStatus`), kept up
+to date by an observer of the run and read by the status server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from kuberl.api.types import Phase
+from kuberl.trainer.run.observer import RunObserver
+
+if TYPE_CHECKING:
+    from kuberl.trainer.run.summary import Summary
+    from kuberl.trainer.storage.base import CheckpointInfo
+
+
+@dataclass
+class LiveStatus:
+    """What GET /status answers; updated by the training loop, read by the status server."""
+
+    phase: str = Phase.STARTING
+    attempt: int = 1
+    iteration: int = 0
+    timesteps: int = 0
+    episodeReturnMean: float | None = None  # noqa: N815
+    evaluationReturnMean: float | None = None  # noqa: N815
+    lastCheckpoint: str | None = None  # noqa: N815
+    timeSeconds: float = 0.0  # noqa: N815
+    envStepsPerSecond: float = 0.0  # noqa: N815
+    trackingProblem: str | None = None  # noqa: N815 - why MLflow is not logging, while it is not
+    message: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+
+    def update(self, **values: Any) -> None:
+        with self.lock:
+            for key, value in values.items():
+                setattr(self, key, value)
+
+
+class LiveStatusObserver(RunObserver):
+    """Puts each result, evaluation and written checkpoint into the live status."""
+
+    def __init__(self, status: LiveStatus, tracking_problem: Callable[[], str | None]) -> None:
+        self.status = status
+        self.tracking_problem = tracking_problem
+
+    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
+        self.status.update(
+            iteration=result["iteration"], timesteps=result["timesteps"],
+            episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
+            envStepsPerSecond=result.get("envStepsPerSecond", 0.0), trackingProblem=self.tracking_problem(),
+        )
+
+    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
+        self.status.update(evaluationReturnMean=evaluation.get("returnMean"))
+
+    def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
+        self.status.update(lastCheckpoint=info.uri)
+
+    def on_end(self, summary: Summary, final: CheckpointInfo | None) -> None:
+        self.status.update(lastCheckpoint=summary.lastCheckpoint, message=summary.message)

@@ -1,0 +1,62 @@
+"""What `kuberl train` prints while it trains: a progress line per result (rewritten in place on a
+terminal, at most one a second in a log), and how the run ended."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from kuberl.trainer.run.observer import RunObserver
+
+if TYPE_CHECKING:
+    from kuberl.trainer.run.summary import Summary
+    from kuberl.trainer.storage.base import CheckpointInfo
+
+LOG_LINE_SECONDS = 1.0
+
+
+def progress_line(result: dict[str, Any]) -> str:
+    ret = result.get("episodeReturnMean")
+    ret_text = f"{ret:8.1f}" if isinstance(ret, int | float) and math.isfinite(ret) else "       -"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
+    return (
+        f"iter {result.get('iteration', 0):5d} | steps {result.get('timesteps', 0):>11,} | "
+        f"{result.get('envStepsPerSecond', 0.0):>9,.0f} steps/s | return {ret_text} | "
+        f"{result.get('timeSeconds', 0.0):7.1f}s"
+        + (f" | eval {evaluated:.1f}" if isinstance(evaluated, int | float) else "")
+    )
+
+
+class Progress(RunObserver):
+    def __init__(self, out: TextIO, *, quiet: bool, in_cluster: bool) -> None:
+        self.out = out
+        self.quiet = quiet
+        self.in_cluster = in_cluster
+        self.tty = out.isatty() and not quiet
+        self.seconds = 0.0  # the last result's timeSeconds
+        self._last_line = 0.0
+
+    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
+        self.seconds = result.get("timeSeconds", 0.0)
+        if self.tty:
+            print("\r" + progress_line(result), end="", file=self.out, flush=True)
+        elif not self.quiet and (stopping or time.monotonic() - self._last_line >= LOG_LINE_SECONDS):
+            print(progress_line(result), file=self.out, flush=True)  # logs get a line a second at most
+            self._last_line = time.monotonic()
+
+    def on_loop_end(self) -> None:
+        if self.tty:
+            print(file=self.out)
+
+    def on_end(self, summary: Summary, final: CheckpointInfo | None) -> None:
+        out, ret, run_uri = self.out, summary.episodeReturnMean, summary.runUri
+        print(f"{summary.result}: {summary.message} after {summary.iteration} iterations, "
+              f"{summary.timesteps:,} env steps in {self.seconds:.1f}s"
+              + (f"; return mean {ret:.1f}" if ret is not None else ""), file=out)
+        print(f"results:    {run_uri}/results.jsonl", file=out)
+        print(f"checkpoint: {summary.lastCheckpoint}", file=out, flush=True)
+        if not self.in_cluster and summary.lastCheckpoint:
+            print(f"next:       kuberl evaluate {run_uri} --episodes 10; kuberl traces {run_uri} --png curve.png",
+                  file=out, flush=True)
+            print(f"tensorboard: kuberl tensorboard {run_uri}", file=out, flush=True)

@@ -1,0 +1,55 @@
+"""How a run ends: the stop criterion a result meets, the summary (and so the exit code), and the
+summary in the termination log for the operator (kuberl.api.contract)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kuberl.api.contract import SUMMARY_KEYS, TERMINATION_LOG_LIMIT, exit_code_for
+from kuberl.api.types import StopSpec
+
+
+@dataclass
+class Summary:
+    result: str  # Succeeded | Failed | InvalidSpec | Terminated
+    reason: str
+    message: str
+    iteration: int = 0
+    timesteps: int = 0
+    episodeReturnMean: float | None = None  # noqa: N815 - the contract's key
+    evaluationReturnMean: float | None = None  # noqa: N815
+    lastCheckpoint: str | None = None  # noqa: N815
+    runUri: str | None = None  # noqa: N815
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.result)
+
+
+def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
+    """Which stop criterion a training result meets, or None to go on."""
+    ret = result.get("episodeReturnMean")
+    if stop.episode_return_mean is not None and ret is not None and ret >= stop.episode_return_mean:
+        return f"episodeReturnMean {ret:.1f} >= {stop.episode_return_mean:g}"
+    if stop.timesteps is not None and result.get("timesteps", 0) >= stop.timesteps:
+        return f"timesteps {result['timesteps']:,} >= {stop.timesteps:,}"
+    evaluated = (result.get("evaluation") or {}).get("returnMean")
+    if stop.evaluation_return_mean is not None and evaluated is not None and evaluated >= stop.evaluation_return_mean:
+        return f"evaluationReturnMean {evaluated:.1f} >= {stop.evaluation_return_mean:g}"
+    if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
+        return f"iteration {result['iteration']} >= {stop.iterations}"
+    if stop.time_seconds is not None and result.get("timeSeconds", 0.0) >= stop.time_seconds:
+        return f"timeSeconds {result['timeSeconds']:.0f} >= {stop.time_seconds}"
+    return None
+
+
+def write_termination_log(summary: Summary, path: str) -> None:
+    body = {k: v for k, v in asdict(summary).items() if k in SUMMARY_KEYS}
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(body)[:TERMINATION_LOG_LIMIT])
+    except OSError as exc:
+        print(f"warning: cannot write termination log {path}: {exc}", file=sys.stderr)
