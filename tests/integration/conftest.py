@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +54,16 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[Path]:
+    """The API emulator on a free 127.0.0.1 port; its kubeconfig's path."""
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-m", "kuberl_testing.apiserver", "--kubeconfig", str(kubeconfig)],
+                            stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:")
+    yield kubeconfig
+    proc.terminate()
+    proc.wait(10)

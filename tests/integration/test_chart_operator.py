@@ -41,18 +41,6 @@ def _container_env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def emulator(tmp_path: Path):
-    kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "kuberl_testing.apiserver", "--kubeconfig", str(kubeconfig)],
-                            stdout=subprocess.PIPE, text=True)
-    url = proc.stdout.readline().strip()
-    assert url.startswith("http://127.0.0.1:")
-    yield kubeconfig
-    proc.terminate()
-    proc.wait(10)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_operator_runs_as_the_chart_configures_it_and_waits_for_the_charts_peering(emulator, tmp_path):

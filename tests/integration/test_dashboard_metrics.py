@@ -52,18 +52,6 @@ def _meta_label(kind: str, key: str) -> str:
 
 
 @pytest.fixture
-def emulator(tmp_path: Path):
-    kubeconfig = tmp_path / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "kuberl_testing.apiserver", "--kubeconfig", str(kubeconfig)],
-                            stdout=subprocess.PIPE, text=True)
-    url = proc.stdout.readline().strip()
-    assert url.startswith("http://127.0.0.1:")
-    yield kubeconfig
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture
 def trainer(tmp_path: Path):
     """`kuberl train` of Ape-X DQN with its status port on 127.0.0.1, in a session of its own; (process, port)."""
     port = free_port()
