@@ -142,6 +142,8 @@ def test_in_process_ppo_samples_with_its_policy_on_the_gpu():
         assert result["timesteps"] == 8 * 16
         for key, value in algo.model.actor.state_dict().items():  # the synced weights are the learner's
             assert torch.equal(policy.actor.state_dict()[key], value)
+        factory, _weights = algo.evaluation_policy()
+        assert factory.device == "cpu"  # evaluation actors act on their own CPUs
         actions = algo.sampler.local_worker.sample().data["actions"]
         assert actions.dtype == np.int64 and actions.min() >= 0 and actions.max() < 4
     finally:

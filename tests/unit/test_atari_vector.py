@@ -187,3 +187,24 @@ def test_env_threads_default(configured, workers, envs, cores, expected, monkeyp
 
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert env_threads(configured, workers, envs) == expected
+
+
+def test_evaluation_presses_fire_after_a_lost_life_as_training_does():
+    """Breakout waits for FIRE after a lost life. Training's single envs press it (episodic life ends the episode,
+    FireReset starts the next); the evaluation env must too, or a policy that learnt so stalls with the ball out of
+    play until the game is truncated. Here a policy that only ever does NOOP loses life after life."""
+    from kuberl.trainer.sampling.envs import make_env
+
+    env = make_env(EnvSettings("ALE/Breakout-v5", {"repeat_action_probability": 0.0}, "atari"), training=False)
+    try:
+        env.reset(seed=3)
+        lives = [env.unwrapped.ale.lives()]
+        for _ in range(3_000):
+            _, _, terminated, truncated, _ = env.step(0)
+            if env.unwrapped.ale.lives() != lives[-1]:
+                lives.append(env.unwrapped.ale.lives())
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    assert len(lives) >= 3, lives  # the game went on past its first lost life

@@ -115,3 +115,36 @@ def test_a_resumed_run_replaces_the_best_only_with_a_better_evaluation(tmp_path)
     assert [line["evaluation"]["iteration"] for line in lines] == [1, 2, 3, 4]  # it resumed and evaluated
     assert read_best_pointer(store) == planted
     assert planted["iteration"] in {c.iteration for c in list_checkpoints(store)}
+
+
+def test_evaluation_actors_explore_with_the_workers_epsilon_not_at_random():
+    """evaluation.explore: true on an evaluation actor (what runs on Ray when evaluation.workers >= 1): DQN's
+    epsilon-greedy policy acts with the run's current epsilon. Unconfigured, it kept its starting 1.0 and
+    played uniformly at random."""
+    import numpy as np
+
+    from kuberl.trainer.algorithms.dqn import DQNConfig
+    from kuberl.trainer.evaluation.actor import EvaluationWorker
+
+    algo = (DQNConfig().environment("CartPole-v1").rollouts(workers=0, envs_per_worker=4, fragment_length=32)
+            .training(learning_starts=64, epsilon_timesteps=256, epsilon_end=0.0, train_batch_size=32)
+            .debugging(seed=3).build())
+    try:
+        while algo.timesteps < 512:
+            algo.train()
+        factory, weights = algo.evaluation_policy()
+        settings = algo.evaluation_settings()
+        assert settings == {"epsilon": 0.0}
+        obs = np.random.default_rng(0).normal(0.0, 0.5, (400, 4)).astype(np.float32)
+        greedy = algo.compute_actions(obs, explore=False)
+    finally:
+        algo.stop()
+    worker = EvaluationWorker(algo.evaluation_env(), factory, "none", seed=1)
+    played = worker.evaluate(weights, None, [11], explore=True, record_first=False, settings=settings)
+    assert played["lengths"][0] > 0
+    actions, _ = worker.policy.compute_actions(obs, explore=True)
+    assert (actions == greedy).all()  # epsilon 0: the greedy actions, every one
+    unconfigured = EvaluationWorker(algo.evaluation_env(), factory, "none", seed=1)
+    unconfigured.policy.set_weights(weights)
+    random_actions, _ = unconfigured.policy.compute_actions(obs, explore=True)
+    assert (random_actions == greedy).mean() < 0.8  # what the defect did: epsilon 1.0, a coin flip per step

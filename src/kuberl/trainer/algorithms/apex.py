@@ -88,5 +88,8 @@ class ApexDQN(ShardedReplay):
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
 
+    def evaluation_settings(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilons[-1]}  # what compute_actions explores with in this process too
+
     def policy_module(self) -> torch.nn.Module:
         return GreedyQ(copy.deepcopy(self.refreshed_local_model()).eval())

@@ -270,6 +270,12 @@ class Algorithm:
         """The evaluation envs' factory: spec.env with `env_config` merged over its config."""
         return EnvFactory(replace(self.env_settings, config={**self.env_settings.config, **(env_config or {})}))
 
+    def evaluation_settings(self) -> dict[str, Any]:
+        """What the evaluation actors' policy is configured with before it plays (`policy.configure`):
+        the exploration the rollout workers act with now, for `evaluation.explore: true` (DQN and Ape-X:
+        their epsilon; a policy left unconfigured would keep its starting one)."""
+        return {}
+
     def evaluation_policy(self) -> tuple[PolicyFactory, Any]:
         """What evaluation actors run: the rollout workers' policy factory and the weights it loads."""
         if self.sampler is None:

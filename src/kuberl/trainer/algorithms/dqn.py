@@ -88,6 +88,9 @@ class DQN(Algorithm):
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
 
+    def evaluation_settings(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon()}
+
     def policy_module(self) -> nn.Module:
         return GreedyQ(copy.deepcopy(self.learner.online).cpu().eval())
 

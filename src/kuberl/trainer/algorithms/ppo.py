@@ -58,6 +58,10 @@ class PPO(Algorithm):
     def worker_weights(self) -> dict[str, np.ndarray]:
         return state_dict_to_numpy(self.model.actor)
 
+    def evaluation_policy(self) -> tuple[PPOPolicyFactory, dict[str, np.ndarray]]:
+        """Evaluation actors act on their own CPUs, even where sampling runs on the learner's GPU."""
+        return PPOPolicyFactory.from_params(self.params), self.worker_weights()
+
     # -- one iteration ---------------------------------------------------------------------------
     def training_step(self) -> dict[str, Any]:
         started = time.perf_counter()

@@ -26,9 +26,12 @@ class EvaluationWorker:
         self.filter = make_filter(observation_filter, tuple(observation_space.shape))
 
     def evaluate(self, weights: Any, filter_state: RunningStats | None, seeds: list[int], *, explore: bool,
-                 record_first: bool) -> dict[str, Any]:
-        """Load the policy, play one episode per seed; returns, lengths and the video bytes (or None)."""
+                 record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Load the policy (configured with `settings`, the algorithm's `evaluation_settings()`), play one
+        episode per seed; returns, lengths and the video bytes (or None)."""
         self.policy.set_weights(weights)
+        if settings:
+            self.policy.configure(**settings)  # type: ignore[attr-defined]
         self.filter.set_state(filter_state)
 
         def act(obs: Any) -> Any:

@@ -95,12 +95,13 @@ class Evaluator:
         weights_ref = ray.put(weights)
         filter_state = self.algo.obs_filter.get_state()
         actors = self._ensure_actors(policy_factory)
+        settings = self.algo.evaluation_settings()
         refs = []
         for index, actor in enumerate(actors):
             seeds = self.seeds[index::len(actors)]
             if seeds:
                 refs.append(actor.evaluate.remote(weights_ref, filter_state, seeds, explore=self.spec.explore,
-                                                  record_first=record and index == 0))
+                                                  record_first=record and index == 0, settings=settings))
         self._running = _Running(iteration, timesteps, started, refs, state)
 
     def _ensure_actors(self, policy_factory: Any) -> list[Any]:

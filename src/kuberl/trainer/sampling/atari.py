@@ -3,7 +3,8 @@
 Gymnasium's AtariPreprocessing does the no-op starts (up to 30), the frame skip of 4 with the
 max over the last two frames, and the 84x84 grayscale; FrameStackObservation stacks 4 frames and
 ClipReward clips rewards to [-1, 1] (Atari rewards are integers, so this is their sign). Gymnasium
-has no episodic-life or fire-reset wrapper; the two below are small. `GameScore` sits inside them
+has no episodic-life or fire-reset wrapper; the ones below are small (evaluation, without episodic life,
+presses FIRE after a lost life as training does). `GameScore` sits inside them
 and reports the unclipped score of the whole game (all lives) in `info`, which the rollout
 worker records as the episode's return.
 """
@@ -87,6 +88,29 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
+class FireAfterLifeLoss(gym.Wrapper):
+    """Presses FIRE after a lost life, for games that wait for it to go on (evaluation: training gets the same
+    from EpisodicLife's reset followed by FireReset), so that a policy plays on as it learnt to."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives and not (terminated or truncated):
+            obs, fire_reward, terminated, truncated, info = self.env.step(1)
+            reward += fire_reward
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
 def is_atari(env: gym.Env) -> bool:
     return hasattr(env.unwrapped, "ale")
 
@@ -109,7 +133,7 @@ def atari_preset(env: gym.Env, *, training: bool) -> gym.Env:
     if training:
         env = EpisodicLife(env)
     if has_fire(env):
-        env = FireReset(env)
+        env = FireReset(env) if training else FireReset(FireAfterLifeLoss(env))
     if training:
         env = ClipReward(env, -1.0, 1.0)
     return FrameStackObservation(env, FRAME_STACK)
