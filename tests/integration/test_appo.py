@@ -20,9 +20,10 @@ from kuberl_testing.fault_figures import report_figures
 pytestmark = pytest.mark.slow
 
 GOAL = 450.0
-# The budget is about two minutes on 2 idle cores; a loaded machine gets some slack, within the
-# test's own timeout (below) that Ray's start and the build also count against.
-TIME_LIMIT_S = 240
+# Bounded by learner updates, not time: the workers sample without waiting for the learner, so env steps per
+# update grow on a loaded machine while the updates the learner needs stay about the same (APPO reached 450
+# in 1,213 updates, IMPALA in 475, on the idle machine). pytest's timeout below only guards against a hang.
+UPDATE_BUDGET = {"appo": 5_000, "impala": 2_500}
 
 
 def _learn(config, name: str) -> tuple[float, dict]:
@@ -31,17 +32,18 @@ def _learn(config, name: str) -> tuple[float, dict]:
     try:
         result = algo.train()
         while ((result["episodeReturnMean"] or 0.0) < GOAL or result["episodes"] < 100) \
-                and time.monotonic() - started < TIME_LIMIT_S:
+                and result["learner"]["updatesTotal"] < UPDATE_BUDGET[name]:
             result = algo.train()
     finally:
         algo.stop()
     seconds = time.monotonic() - started
     report_figures(f"{name}-cartpole-450", seconds=seconds, timesteps=result["timesteps"],
-                   return_mean=result["episodeReturnMean"], policy_lag_mean=result["learner"]["policyLagMean"])
+                   return_mean=result["episodeReturnMean"], policy_lag_mean=result["learner"]["policyLagMean"],
+                   updates=result["learner"]["updatesTotal"])
     return seconds, result
 
 
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(900)
 def test_appo_solves_cartpole_with_two_rollout_workers() -> None:
     seconds, result = _learn(APPOConfig(), "appo")
     assert result["episodeReturnMean"] >= GOAL, (seconds, result["timesteps"], result["episodeReturnMean"])
@@ -50,7 +52,7 @@ def test_appo_solves_cartpole_with_two_rollout_workers() -> None:
     assert result["sampler"]["workerRestarts"] == 0
 
 
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(900)
 def test_impala_solves_cartpole_with_two_rollout_workers() -> None:
     seconds, result = _learn(IMPALAConfig(), "impala")
     assert result["episodeReturnMean"] >= GOAL, (seconds, result["timesteps"], result["episodeReturnMean"])

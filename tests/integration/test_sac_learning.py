@@ -14,13 +14,14 @@ from kuberl_testing.fault_figures import report_figures
 pytestmark = pytest.mark.slow
 
 GOAL = -250.0
-# About two minutes on 2 idle cores (100 episodes of 200 steps must follow learning, so some 25,000 env
-# steps in all); a loaded machine gets slack within the test's own timeout.
-TIME_LIMIT_S = 270
+# Bounded by env steps, not time (100 episodes of 200 steps must follow learning: 29,184 env steps on seed 1);
+# in-process SAC is synchronous, so a loaded machine takes longer but needs the same steps. pytest's timeout
+# only guards against a hang.
+STEP_BUDGET = 60_000
 
 
-@pytest.mark.timeout(330)
-def test_sac_solves_pendulum_within_the_time_budget() -> None:
+@pytest.mark.timeout(900)
+def test_sac_solves_pendulum_within_the_step_budget() -> None:
     # Smaller nets and fewer updates per env step than the defaults: the same learning, a quarter of the compute.
     algo = (SACConfig().environment("Pendulum-v1").rollouts(workers=0)
             .training(hidden=[64, 64], replay_ratio=0.25).debugging(seed=1).build())
@@ -28,7 +29,7 @@ def test_sac_solves_pendulum_within_the_time_budget() -> None:
     try:
         result = algo.train()
         while ((result["episodeReturnMean"] or -np.inf) < GOAL or result["episodes"] < 100) \
-                and time.monotonic() - started < TIME_LIMIT_S:
+                and result["timesteps"] < STEP_BUDGET:
             result = algo.train()
     finally:
         algo.stop()
