@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,18 @@ def _total(exposition: str, name: str) -> float:
 
 def _scrape(port: int) -> str:
     return get_text(f"http://127.0.0.1:{port}/metrics")[1]
+
+
+def _scrape_until(port: int, ready: Callable[[str], bool], *, timeout: float, what: str, log: Path) -> str:
+    """The first scrape of `port` that `ready` accepts; on a time-out, the process's log in the failure."""
+    def scrape() -> str:
+        text = _scrape(port)
+        return text if ready(text) else ""
+
+    try:
+        return wait_for(scrape, timeout=timeout, interval=0.2, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nlog of the process:\n{log.read_text()[-4000:]}") from None
 
 
 def _meta_label(kind: str, key: str) -> str:
@@ -95,31 +108,21 @@ def test_every_metric_a_dashboard_panel_queries_is_exported(emulator: Path, tmp_
         custom.create_namespaced_custom_object("kuberl.io", "v1alpha1", NAMESPACE, "rlexperiments",
                                                experiment_body("exp", workers={"replicas": 0}))
 
-        def operator_scrape() -> str:
-            text = _scrape(metrics_port)
-            done = (_total(text, "kuberl_operator_reconciles_total") > 0
-                    and _total(text, "kuberl_operator_reconcile_duration_seconds_count") > 0
-                    and "kuberl_operator_experiments" in series_names(text))
-            return text if done else ""
+        operator_text = _scrape_until(
+            metrics_port, lambda text: (_total(text, "kuberl_operator_reconciles_total") > 0
+                                        and _total(text, "kuberl_operator_reconcile_duration_seconds_count") > 0
+                                        and "kuberl_operator_experiments" in series_names(text)),
+            timeout=120, what="the operator's reconcile metrics", log=log_path)
 
-        try:
-            operator_text = wait_for(operator_scrape, timeout=120, interval=0.2, what="the operator's reconcile metrics")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\noperator log:\n{log_path.read_text()[-4000:]}") from None
-
-        def trainer_scrape() -> str:
+        def trainer_ready(text: str) -> bool:
             assert trainer_proc.poll() is None, f"the trainer exited:\n{trainer_log.read_text()[-4000:]}"
-            text = _scrape(trainer_port)
-            done = (_total(text, "kuberl_evaluations_total") >= 1
+            return (_total(text, "kuberl_evaluations_total") >= 1
                     and _total(text, "kuberl_checkpoint_duration_seconds_count") >= 1
                     and _total(text, "kuberl_learner_updates_total") > 0
                     and "kuberl_replay_size" in series_names(text))
-            return text if done else ""
 
-        try:
-            trainer_text = wait_for(trainer_scrape, timeout=240, interval=0.2, what="the trainer's metrics")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\ntrainer output:\n{trainer_log.read_text()[-4000:]}") from None
+        trainer_text = _scrape_until(trainer_port, trainer_ready, timeout=240, what="the trainer's metrics",
+                                     log=trainer_log)
         stop_gracefully(trainer_proc, timeout=120)  # SIGTERM: a final checkpoint, then Ray stops
 
         exported = series_names(trainer_text) | series_names(operator_text)

@@ -88,9 +88,6 @@ class IMPALA(Algorithm):
     def worker_weights(self) -> dict[str, np.ndarray]:
         return state_dict_to_numpy(self.model.policy)
 
-    def evaluation_policy(self) -> tuple[PolicyHeadFactory, dict[str, np.ndarray]]:
-        return self.sampler.workers.policy_factory, self.worker_weights()
-
     def sync_weights(self) -> None:
         """Publish the weights (every `broadcast_interval` updates), noting the learner's updates at that version
         so that each batch's policy lag can be counted in updates too, and send the filter with them."""

@@ -112,14 +112,13 @@ class PPOLearner:
     """The actor-critic, its optimizer and the value scale; `update(batch)` is one iteration's epochs."""
 
     def __init__(self, model: ActorCritic, params: PPOParams, device: torch.device, rng: np.random.Generator, *,
-                 bf16: bool = False, normalize_values: bool = True):
+                 bf16: bool = False):
         self.params = params
         self.device = device
         self.bf16 = bf16
         self.model = model.to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.lr, eps=1e-5, foreach=True)
         self.value_scale = ValueScale()
-        self.normalize_values = normalize_values
         self.rng = rng  # the algorithm's generator: its state is in every checkpoint
         self.updates_total = 0
 
@@ -134,8 +133,8 @@ class PPOLearner:
             obs = to_device({"obs": d["obs"]}, self.device)["obs"]
             outputs = self._values(obs.flatten(0, 1)).reshape(d["rewards"].shape)
             values = self.value_scale.denormalize(outputs)
-            next_values = self._next_values(values, d)
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
+            next_values = self._next_values(values, dones, d)
             advantages, fragment_returns = compute_gae(
                 d["rewards"], values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
             )
@@ -149,9 +148,8 @@ class PPOLearner:
         # denormalised form again with the updated statistics would centre the value clip on a value the
         # critic never output. Only the targets take this batch's statistics.
         outputs, targets = np.concatenate(returns, axis=1)
-        if self.normalize_values:
-            self.value_scale.update(targets)
-            targets = self.value_scale.normalize(targets)
+        self.value_scale.update(targets)
+        targets = self.value_scale.normalize(targets)
         return {**merged, **to_device({"values": outputs, "returns": targets}, self.device)}
 
     def _values(self, obs: torch.Tensor, chunk: int = 4096) -> np.ndarray:
@@ -160,12 +158,11 @@ class PPOLearner:
             parts = [self.model.value(obs[i:i + chunk]).float() for i in range(0, len(obs), chunk)]
         return torch.cat(parts).cpu().numpy()
 
-    def _next_values(self, values: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
+    def _next_values(self, values: np.ndarray, dones: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
         """V(next_obs_t) in the unnormalised scale: the next row's V(obs) inside an episode, a pass of its own
         for the last row and truncated steps, 0 where nothing is bootstrapped."""
-        terminateds, valid = torch.from_numpy(d["terminateds"]), torch.from_numpy(d["valid"])
-        dones = terminateds | torch.from_numpy(d["truncateds"]) | ~valid
-        reuse, compute = bootstrap_rows(terminateds, dones, valid)
+        reuse, compute = bootstrap_rows(torch.from_numpy(d["terminateds"]), torch.from_numpy(dones),
+                                        torch.from_numpy(d["valid"]))
         computed = None
         if compute.any():
             next_obs = to_device({"obs": d["next_obs"][compute.numpy()]}, self.device)["obs"]

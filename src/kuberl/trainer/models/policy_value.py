@@ -44,10 +44,20 @@ class PolicyHead(nn.Module):
         """log pi(a|s) and the entropy, from the distribution's inputs."""
         return log_prob_entropy(inputs, actions, None if self.discrete else self.log_std)
 
-    def sample(self, obs: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions and their log-probabilities; without exploration the mode."""
+    def sample(self, obs: torch.Tensor, explore: bool = True,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions and their log-probabilities; without exploration the mode. With `generator` the draw comes
+        from it (a rollout worker's own noise), else from torch's global generator."""
         inputs = self(obs)
-        actions = self.distribution(inputs).sample() if explore else self.mode(inputs)
+        if not explore:
+            actions = self.mode(inputs)
+        elif generator is None:
+            actions = self.distribution(inputs).sample()
+        elif self.discrete:
+            actions = torch.multinomial(torch.softmax(inputs, dim=-1), 1, generator=generator).squeeze(-1)
+        else:
+            noise = torch.randn(inputs.shape, generator=generator, dtype=inputs.dtype, device=inputs.device)
+            actions = inputs + self.log_std.exp() * noise
         logp, _ = self.log_prob_entropy(inputs, actions)
         return actions, logp
 

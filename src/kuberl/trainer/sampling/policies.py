@@ -184,17 +184,8 @@ class PolicyHeadSampler:
 
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
-            inputs = self.head(torch.as_tensor(obs))
-            actions = self._draw(inputs) if explore else self.head.mode(inputs)
-            logp, _ = self.head.log_prob_entropy(inputs, actions)
+            actions, logp = self.head.sample(torch.as_tensor(obs), explore, self.generator)
         return actions.numpy(), {"logp": logp.numpy().astype(np.float32)}
-
-    def _draw(self, inputs: torch.Tensor) -> torch.Tensor:
-        """A sample of the head's distribution (`PolicyHead.distribution`) from this sampler's generator."""
-        if self.head.discrete:
-            return torch.multinomial(torch.softmax(inputs, dim=-1), 1, generator=self.generator).squeeze(-1)
-        noise = torch.randn(inputs.shape, generator=self.generator, dtype=inputs.dtype)
-        return inputs + self.head.log_std.exp() * noise
 
 
 @dataclass(frozen=True)
