@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml testing/pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,mlflow,operator,dev]" -e ./testing
+	$(PIP) install -q -c constraints.txt -e ".[trainer,atari,mujoco,video,mlflow,multiagent,wandb,sweep,operator,dev]" -e ./testing
 	touch $@
 
 install: $(STAMP) ## create .venv with torch (pinned), the project and the test tools

@@ -11,7 +11,7 @@ RUN python -m venv /opt/kuberl \
  && /opt/kuberl/bin/python -m pip install --index-url "${TORCH_INDEX}" "${TORCH}"
 COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
-RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[trainer,atari,mujoco,video,mlflow]"
+RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[trainer,atari,mujoco,video,mlflow,multiagent,wandb]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="kuberl-trainer-cuda" \

@@ -1,7 +1,7 @@
 # The kuberl trainer (CPU): Ray, torch, Gymnasium and the `kuberl train` driver.
 # Build from the repository root:  docker build -f images/trainer.Dockerfile -t kuberl-trainer .
 # Same steps as the Makefile: torch pinned first (from the CPU wheel index, so no CUDA libraries
-# come along), then `pip install -c constraints.txt .[trainer,atari,mujoco,video,mlflow]`.
+# come along), then `pip install -c constraints.txt .[trainer,atari,mujoco,video,mlflow,multiagent,wandb]`.
 FROM python:3.11-slim AS build
 ARG TORCH=torch==2.13.0
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -11,7 +11,7 @@ RUN python -m venv /opt/kuberl \
  && /opt/kuberl/bin/python -m pip install --index-url "${TORCH_INDEX}" "${TORCH}"
 COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
-RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[trainer,atari,mujoco,video,mlflow]"
+RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[trainer,atari,mujoco,video,mlflow,multiagent,wandb]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="kuberl-trainer" \
