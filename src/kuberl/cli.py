@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import importlib
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +19,9 @@ from kuberl import __version__
 from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INVALID_SPEC
 from kuberl.operator.main import add_arguments as add_operator_arguments
 from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
+
+# Modules of kuberl.commands whose add_commands(sub) add their subcommands (see its docstring).
+COMMAND_MODULES: tuple[str, ...] = ()
 
 EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
 EXIT_INTERRUPTED = 130
@@ -192,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"kuberl.commands.{name}").add_commands(sub)
     return parser
 
 
