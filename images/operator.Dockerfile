@@ -8,7 +8,7 @@ WORKDIR /src
 RUN python -m venv /opt/kuberl
 COPY pyproject.toml constraints.txt README.md ./
 COPY src ./src
-RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[operator]"
+RUN /opt/kuberl/bin/python -m pip install -c constraints.txt ".[operator,sweep]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="kuberl-operator" \

@@ -21,7 +21,7 @@ from kuberl.operator.main import add_arguments as add_operator_arguments
 from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
 
 # Modules of kuberl.commands whose add_commands(sub) add their subcommands (see its docstring).
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("cluster", "sweep", "records")
 
 EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
 EXIT_INTERRUPTED = 130
@@ -34,10 +34,15 @@ examples:
   kuberl train -f examples/cartpole-ppo.yaml
   kuberl train -f experiment.yaml --set rollouts.workers=2 --set config.lr=0.0005
   kuberl validate -f experiment.yaml
+  kuberl submit -f experiment.yaml -n research --wait      # on the cluster of your kubeconfig
+  kuberl status cartpole-ppo; kuberl logs cartpole-ppo --follow
+  kuberl sweep -f examples/sweeps/cartpole-lr.yaml
   kuberl evaluate kuberl-runs/cartpole-ppo --episodes 20
   kuberl traces kuberl-runs/cartpole-ppo --png curve.png
   kuberl tensorboard kuberl-runs/cartpole-ppo
   kuberl export kuberl-runs/cartpole-ppo --format onnx
+  kuberl checkpoints kuberl-runs/cartpole-ppo
+  kuberl info kuberl-runs/cartpole-ppo
 """
 
 
@@ -62,15 +67,26 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from kuberl.api.validation import ManifestError, cluster_errors
+    from kuberl.api.defaults import defaults_line_without_env
+    from kuberl.api.validation import ManifestError, cluster_errors, load_manifest, parse_yaml
 
-    experiment = _load(args)
+    text = _read_manifest_text(args.file)
+    if parse_yaml(text, args.file).get("kind") == "RLSweep":
+        from kuberl.commands.sweep import validate_sweep_text
+
+        return validate_sweep_text(text, args)
+    experiment = load_manifest(text, overrides=args.set, source=args.file)  # stdin is read once
     errors = []
+    line = defaults_line_without_env(experiment)
     if not args.skip_env_checks:
         from kuberl.trainer.run.checks import callbacks_errors, env_errors
         from kuberl.trainer.run.memory_budget import replay_memory_errors_for
+        from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
         errors.extend(env_errors(experiment) + callbacks_errors(experiment))
+        if not errors:  # what `kuberl train` would add (Ape-X's replay ratio is measured when training starts)
+            experiment, defaults = resolve_task_defaults(experiment, measure=False)
+            line = defaults.line() if defaults is not None else line
         if args.cluster and not errors:  # the replay against the pods' memory
             errors.extend(replay_memory_errors_for(experiment, in_cluster=True))
     if args.cluster:
@@ -78,6 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if errors:
         raise ManifestError(errors)
     print(f"{args.file}: valid {experiment.spec.algorithm} experiment {experiment.name!r} on {experiment.spec.env.id}")
+    print(line)
     return 0
 
 
@@ -107,7 +124,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from kuberl.trainer.export.checkpoint import export_checkpoint
 
-    print(export_checkpoint(args.checkpoint, args.format, out=args.out, endpoint=args.endpoint))
+    print(export_checkpoint(args.checkpoint, args.format, out=args.out, endpoint=args.endpoint,
+                            policy=args.policy))
     return 0
 
 
@@ -127,8 +145,11 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 def cmd_crd(args: argparse.Namespace) -> int:
     from kuberl.api.crd import render_crd
+    from kuberl.api.sweep_crd import render_sweep_crd
 
-    sys.stdout.write(render_crd())
+    documents = {"RLExperiment": render_crd, "RLSweep": render_sweep_crd}
+    kinds = [args.kind] if args.kind else list(documents)
+    sys.stdout.write("---\n".join(documents[kind]() for kind in kinds))
     return 0
 
 
@@ -173,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a run directory or checkpoints/N, local or s3://")
     p.add_argument("--format", required=True, choices=["onnx", "torchscript"])
     p.add_argument("--out", metavar="PATH", help="the file to write (default RUN-ITERATION.onnx or .pt here)")
+    p.add_argument("--policy", metavar="NAME", help="a multi-agent checkpoint: only this policy (default: one file "
+                   "per policy, RUN-ITERATION-POLICY)")
     p.add_argument("--endpoint", metavar="URL", help="S3-compatible endpoint")
     p.set_defaults(func=cmd_export)
 
@@ -194,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_arguments(p)
     p.set_defaults(func=run_operator_from_arguments)
 
-    p = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
+    p = sub.add_parser("crd", help="print the CustomResourceDefinitions (RLExperiment and RLSweep, one YAML stream)")
+    p.add_argument("--kind", choices=["RLExperiment", "RLSweep"], help="only this kind's CRD")
     p.set_defaults(func=cmd_crd)
 
     for name in COMMAND_MODULES:

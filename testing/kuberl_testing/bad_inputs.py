@@ -141,6 +141,10 @@ class BadInput:
 C = BadInput
 _EVALUATION = {"evaluation": {"interval": 5}}  # a valid spec.evaluation the case changes one field of
 _MLFLOW = {"tracking": {"mlflow": {"uri": "http://mlflow.mlflow:5000"}}}  # a valid spec.tracking.mlflow
+_WANDB = {"tracking": {"wandb": {"project": "kuberl", "apiKeySecretRef": {"name": "wandb-key"}}}}
+# A valid multi-agent spec: a policy for each of simple_speaker_listener's agents (their spaces differ).
+_MULTI = {"env": {"id": "mpe2:simple_speaker_listener_v4"}, "multiAgent": {"policies": [
+    {"name": "speaker", "agents": ["speaker_0"]}, {"name": "listener", "agents": ["listener_*"]}]}}
 _POD = [  # head and workers share the pod fields
     (MALFORMED, "cpu", "two", True),
     (WRONG_TYPE, "cpu", True, True),
@@ -307,9 +311,34 @@ CASES: tuple[BadInput, ...] = (
     C("checkpoint.keepBest", True, INCONSISTENT, False, note="needs spec.evaluation"),
     C("checkpoint.export", ["pdf"], UNKNOWN_ENUM, True),
     C("checkpoint.export", "onnx", WRONG_TYPE, True),
+    C("checkpoint.restoreFrom", "gs://bucket/runs/other", MALFORMED, True, note="s3:// or file:// only"),
+    C("multiAgent.policies[0].name", "Speaker One", MALFORMED, True, base=_MULTI),
+    C("multiAgent.policies[1].name", "speaker", INCONSISTENT, False, base=_MULTI, note="two policies of one name"),
+    C("multiAgent.policies[0].agents", [], OUT_OF_RANGE, True, base=_MULTI),
+    C("multiAgent.policies[1].agents", ["speaker_0"], INCONSISTENT, False, base=_MULTI,
+      note="an agent named exactly by two policies"),
+    C("multiAgent.policies[0].agents", ["*"], INCONSISTENT, False, ENV, base=_MULTI,
+      note="the speaker's and the listener's spaces differ"),
+    C("multiAgent.policies", [{"name": "speaker", "agents": ["speaker_0"]}], INCONSISTENT, False, ENV, base=_MULTI,
+      note="listener_0 has no policy"),
+    C("multiAgent.policies[0].config", {"lr": -1}, OUT_OF_RANGE, False, base=_MULTI,
+      names="spec.multiAgent.policies[0].config.lr"),
+    C("multiAgent.policies[0].model.activation", "gelu", UNKNOWN_ENUM, True, base=_MULTI),
+    C("multiAgent.policies[0].model.conv", [[32, 8]], OUT_OF_RANGE, True, base=_MULTI),
+    C("multiAgent.policies[0].model.convHidden", [0], OUT_OF_RANGE, True, base=_MULTI),
+    C("multiAgent.policies[0].model.hidden", [], OUT_OF_RANGE, True, base=_MULTI),
+    C("multiAgent.policiesToTrain", ["talker"], INCONSISTENT, False, base=_MULTI, note="no such policy"),
+    C("multiAgent.agentIdFeature", "yes", WRONG_TYPE, True),
     C("tracking.mlflow.uri", "mlflow:5000", MALFORMED, True),
     C("tracking.mlflow.uri", DELETE, MISSING_REQUIRED, True, base=_MLFLOW),
     C("tracking.mlflow.experiment", "", OUT_OF_RANGE, True, base=_MLFLOW),
+    C("tracking.wandb.project", DELETE, MISSING_REQUIRED, True, base=_WANDB),
+    C("tracking.wandb.entity", "", OUT_OF_RANGE, True, base=_WANDB),
+    C("tracking.wandb.group", "g" * 129, OUT_OF_RANGE, True, base=_WANDB),
+    C("tracking.wandb.tags", "baseline", WRONG_TYPE, True, base=_WANDB),
+    C("tracking.wandb.mode", "cloud", UNKNOWN_ENUM, True, base=_WANDB),
+    C("tracking.wandb.apiKeySecretRef.name", "W&B_Key", MALFORMED, True, base=_WANDB),
+    C("tracking.wandb.apiKeySecretRef.key", "api key", MALFORMED, True, base=_WANDB),
     C("stop.evaluationReturnMean", "high", WRONG_TYPE, True),
     C("stop.evaluationReturnMean", 100, INCONSISTENT, False, note="needs spec.evaluation"),
     C("evaluation", 10, WRONG_TYPE, True),

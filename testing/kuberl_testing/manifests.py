@@ -34,3 +34,9 @@ def experiment_manifest(
         },
     }
     return yaml.safe_dump(body, sort_keys=False)
+
+
+def experiment_yaml(name: str, spec: str) -> str:
+    """A hand-written manifest's YAML: `spec` is the spec's lines, indented two spaces. The header has no braces,
+    so the result can still be a `str.format` template (`name` may hold a field such as `pixels-{algorithm}`)."""
+    return f"apiVersion: {API_VERSION}\nkind: RLExperiment\nmetadata:\n  name: {name}\nspec:\n{spec}"

@@ -185,9 +185,10 @@ class OperatorHarness:
 
     def set_pod_status(self, namespace: str, name: str, phase: str, *, ip: str | None = None,
                        exit_code: int | None = None, message: str | dict[str, Any] | None = None,
-                       waiting: str | None = None, reason: str | None = None) -> None:
+                       waiting: str | None = None, reason: str | None = None, image_id: str = "") -> None:
         """Write a pod's status as the kubelet would (phase, pod IP, container state); `reason`: the
-        terminated container's (Completed or Error by default; OOMKilled for one killed at its limit)."""
+        terminated container's (Completed or Error by default; OOMKilled for one killed at its limit);
+        `image_id`: the digest the kubelet pulled (containerStatuses[].imageID)."""
         state: dict[str, Any] = {}
         if exit_code is not None:
             text = json.dumps(message) if isinstance(message, dict) else (message or "")
@@ -197,7 +198,7 @@ class OperatorHarness:
             state = {"waiting": {"reason": waiting, "message": f"{waiting}: simulated"}}
         elif phase == "Running":
             state = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
-        container = {"name": "main", "state": state, "image": "kuberl-trainer", "imageID": "",
+        container = {"name": "main", "state": state, "image": "kuberl-trainer", "imageID": image_id,
                      "ready": phase == "Running", "restartCount": 0}
         status: dict[str, Any] = {"phase": phase, "containerStatuses": [container]}
         if ip:

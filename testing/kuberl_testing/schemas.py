@@ -3,6 +3,7 @@ kubernetes-validate's strict schemas for built-in kinds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,18 @@ import yaml
 
 KUBERNETES_VERSION = "1.35.0"
 PODGROUP_CRDS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "podgroup-crds"
+
+
+def walk_schema(node: Any, path: str = "$") -> Iterator[tuple[str, Any]]:
+    """Every node of a structural schema with its path: `$.spec.env`, `[]` for items, `{}` for a map's values."""
+    yield path, node
+    if isinstance(node, dict):
+        for name, child in node.get("properties", {}).items():
+            yield from walk_schema(child, f"{path}.{name}")
+        if isinstance(node.get("items"), dict):
+            yield from walk_schema(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            yield from walk_schema(node["additionalProperties"], f"{path}{{}}")
 
 
 def as_json_schema(node: Any) -> Any:

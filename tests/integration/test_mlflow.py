@@ -90,6 +90,32 @@ def test_params_metrics_artifacts_and_a_resume_into_the_same_run(tmp_path: Path,
     assert sorted(m.step for m in history) == [r["timesteps"] for r in results(run_dir)]
 
 
+def test_a_multi_agent_run_logs_every_policy(tmp_path: Path, mlflow_server: MLflowServer) -> None:
+    path = tmp_path / "ma.yaml"
+    path.write_text(experiment_manifest(
+        "tracked-ma", env="mpe2:simple_speaker_listener_v4", rollouts={"workers": 0, "envsPerWorker": 2,
+                                                                       "fragmentLength": 25},
+        stop={"iterations": 1}, tracking={"mlflow": {"uri": mlflow_server.uri, "experiment": "kuberl-tests"}},
+        multiAgent={"policies": [{"name": "speaker", "agents": ["speaker_0"]},
+                                 {"name": "listener", "agents": ["listener_0"]}]}))
+    code, out, err = finished(train(tmp_path, str(path)))
+    assert code == 0, err
+    stored = json.loads((tmp_path / "kuberl-runs" / "tracked-ma" / "tracking" / "mlflow.json").read_text())
+    client = MlflowClient(mlflow_server.uri)
+    run_id = stored["runId"]
+    assert sorted(a.path for a in client.list_artifacts(run_id, "policy")) == [
+        "policy/policy-listener.onnx", "policy/policy-speaker.onnx"]
+    import numpy as np
+    import onnxruntime
+
+    for name, observation_size, actions in (("speaker", 3, 3), ("listener", 11, 5)):
+        file = client.download_artifacts(run_id, f"policy/policy-{name}.onnx", str(tmp_path))
+        session = onnxruntime.InferenceSession(file)
+        assert json.loads(session.get_modelmeta().custom_metadata_map["kuberl"])["policy"] == name
+        (chosen,) = session.run(None, {session.get_inputs()[0].name: np.zeros((2, observation_size), np.float32)})
+        assert chosen.shape == (2,) and all(0 <= a < actions for a in chosen)
+
+
 def test_training_survives_the_server_stopping_mid_run(tmp_path: Path) -> None:
     server = MLflowServer(tmp_path / "mlflow")
     server.start()

@@ -9,29 +9,14 @@ from __future__ import annotations
 import base64
 import time
 
-import pytest
 import yaml
 
+from kuberl.api.defaults import SET_FIELDS_ANNOTATION
 from kuberl_testing.fault_figures import report_figures
-from kuberl_testing.operator_harness import OperatorHarness, TrainerStatusServer, experiment_body, wait_for
-from kuberl_testing.ports import free_port
+from kuberl_testing.operator_fixtures import operator_fixtures
+from kuberl_testing.operator_harness import TrainerStatusServer, experiment_body, wait_for
 
-NAMESPACES = [f"life-{i}" for i in range(16)]
-_namespaces = iter(NAMESPACES)
-
-
-STATUS_PORT = free_port()
-
-
-@pytest.fixture(scope="module")
-def harness():
-    with OperatorHarness(NAMESPACES, env={"KUBERL_STATUS_PORT": str(STATUS_PORT)}) as h:
-        yield h
-
-
-@pytest.fixture
-def ns() -> str:
-    return next(_namespaces)
+STATUS_PORT, harness, ns = operator_fixtures("life", 16)
 
 
 def phase_is(h, ns, name, phase):
@@ -57,7 +42,8 @@ def test_apply_creates_every_child_with_owner_references(harness, ns):
     for obj in [*harness.pods(ns).values(), *harness.objects(ns, "configmaps"), policies[0]]:
         assert obj["metadata"]["ownerReferences"][0]["uid"] == uid
     config = yaml.safe_load(harness.objects(ns, "configmaps")[0]["data"]["experiment.yaml"])
-    assert config["metadata"] == {"name": "exp", "namespace": ns}
+    # and the rollouts and replay fields the manifest set (none): the trainer applies the task kind's defaults
+    assert config["metadata"] == {"name": "exp", "namespace": ns, "annotations": {SET_FIELDS_ANNOTATION: ""}}
     token = base64.b64decode(harness.objects(ns, "secrets")[0]["data"]["token"])
     assert len(token) >= 32
     status = wait_for(lambda: harness.status(ns, "exp").get("attempt") == 1 and harness.status(ns, "exp"))

@@ -180,9 +180,23 @@ class Lifecycle:
         wait_for(lambda: self.phase("bad") == "Failed", timeout=30, what="invalid spec refused")
         events = json.loads(self.core.list_namespaced_event(WATCHED, _preload_content=False).data)["items"]
         assert {"InvalidSpec", "HeadCreated"} <= {e["reason"] for e in events}
+        self._sweep()
         self.custom.delete_namespaced_custom_object("kuberl.io", "v1alpha1", WATCHED, "rlexperiments", "full")
         wait_for(lambda: "full" not in [o["metadata"]["name"] for o in self.custom.list_namespaced_custom_object(
             "kuberl.io", "v1alpha1", WATCHED, "rlexperiments")["items"]], timeout=30, what="deleted")
+
+
+    def _sweep(self) -> None:
+        """An RLSweep: the operator records its trial in the sweep's status and creates the RLExperiment."""
+        template = experiment_body("t", workers={"replicas": 0})["spec"]
+        sweep = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep", "metadata": {"name": "sw"},
+                 "spec": {"template": template, "maxTrials": 1, "search": {"algorithm": "random", "seed": 1},
+                          "parameters": [{"path": "config.lr", "type": "float", "low": 0.001, "high": 0.002}]}}
+        self.custom.create_namespaced_custom_object("kuberl.io", "v1alpha1", WATCHED, "rlsweeps", sweep)
+        wait_for(lambda: "sw-t000-head" in self.pods(), timeout=60, what="the sweep's trial and its head pod")
+        self.custom.delete_namespaced_custom_object("kuberl.io", "v1alpha1", WATCHED, "rlsweeps", "sw")
+        wait_for(lambda: "sw-t000" not in [o["metadata"]["name"] for o in self.custom.list_namespaced_custom_object(
+            "kuberl.io", "v1alpha1", WATCHED, "rlexperiments")["items"]], timeout=30, what="the trial deleted")
 
 
 def _container_env(container: dict[str, Any]) -> dict[str, str]:

@@ -170,7 +170,7 @@ def test_kuberl_validate_exits_2_naming_the_field(case: BadInput, tmp_path, caps
     assert "Traceback" not in err
     assert f"error: {case.field_path}" in err, err[:2000]
     assert len(err) < 20_000, "an error message must not echo a huge value back"
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 60  # a hang guard only: a loaded machine must not fail it
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.catcher == CLUSTER], ids=lambda c: c.id)
@@ -208,7 +208,7 @@ def test_billion_laughs_is_refused_quickly_by_kuberl_validate(tmp_path, capsys):
     bomb.write_text(doc)
     started = time.perf_counter()
     assert cli.main(["validate", "-f", str(bomb)]) == 2
-    assert time.perf_counter() - started < 2
+    assert time.perf_counter() - started < 30  # expanding the 9^9 nodes would run far past this (a hang guard)
     err = capsys.readouterr().err
     assert "YAML nodes" in err and "Traceback" not in err
 

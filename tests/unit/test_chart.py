@@ -7,6 +7,7 @@ schemas (kubernetes-validate).
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 import shlex
@@ -79,8 +80,10 @@ def grants(group: str, resources: list[str], verbs: list[str]) -> set[tuple[str,
 
 # What tests/integration/test_operator_rbac.py records the operator using in a full lifecycle.
 OPERATOR_RULES = (
-    grants("kuberl.io", ["rlexperiments"], ["get", "list", "watch", "patch"])
+    grants("kuberl.io", ["rlexperiments"], ["get", "list", "watch", "create", "patch"])
     | grants("kuberl.io", ["rlexperiments/status"], ["patch"])
+    | grants("kuberl.io", ["rlsweeps"], ["get", "list", "watch"])
+    | grants("kuberl.io", ["rlsweeps/status"], ["patch"])
     | grants("", ["pods"], ["list", "watch", "create", "delete"])
     | grants("", ["configmaps"], ["get", "create", "patch"])
     | grants("", ["secrets"], ["get", "create"])
@@ -120,13 +123,15 @@ def test_the_validator_is_not_a_rubber_stamp(helm):
 
 def test_chart_crd_is_the_generated_crd(helm):
     crds = {d["metadata"]["name"]: d for d in by_kind(render(helm), "CustomResourceDefinition")}
-    assert set(crds) == {"rlexperiments.kuberl.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
-    generated = yaml.safe_load((ROOT / "crds" / "rlexperiment.yaml").read_text())
-    rendered = crds["rlexperiments.kuberl.io"]
-    assert rendered["metadata"].pop("annotations") == {
-        "helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Delete=false"
-    }
-    assert rendered == generated
+    assert set(crds) == {"rlexperiments.kuberl.io", "rlsweeps.kuberl.io", "kopfpeerings.kopf.dev",
+                         "clusterkopfpeerings.kopf.dev"}
+    for name, file in (("rlexperiments.kuberl.io", "rlexperiment.yaml"), ("rlsweeps.kuberl.io", "rlsweep.yaml")):
+        generated = yaml.safe_load((ROOT / "crds" / file).read_text())
+        rendered = copy.deepcopy(crds[name])
+        assert rendered["metadata"].pop("annotations") == {
+            "helm.sh/resource-policy": "keep", "argocd.argoproj.io/sync-options": "Delete=false"
+        }
+        assert rendered == generated
     for crd in crds.values():
         assert crd["metadata"].get("annotations", {}).get("helm.sh/resource-policy", "keep") == "keep"
 

@@ -11,6 +11,7 @@ import yaml
 from kuberl.api.crd import build_crd, render_chart_crd, render_crd
 from kuberl.api.reference import render_reference
 from kuberl.api.validation import load_manifest
+from kuberl_testing.schemas import walk_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "crds" / "rlexperiment.yaml"
@@ -35,24 +36,12 @@ def test_chart_crd_matches_the_api_types():
     assert chart_crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Delete=false"
 
 
-def _walk(node, path="$"):
-    yield path, node
-    if isinstance(node, dict):
-        for key in ("properties",):
-            for name, child in node.get(key, {}).items():
-                yield from _walk(child, f"{path}.{name}")
-        if isinstance(node.get("items"), dict):
-            yield from _walk(node["items"], f"{path}[]")
-        if isinstance(node.get("additionalProperties"), dict):
-            yield from _walk(node["additionalProperties"], f"{path}{{}}")
-
-
 def _schema():
     return build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 def test_schema_is_structural():
-    for path, node in _walk(_schema()):
+    for path, node in walk_schema(_schema()):
         for forbidden in ("$ref", "anyOf", "oneOf", "allOf", "const", "$defs", "title", "default"):
             assert forbidden not in node, f"{path} has {forbidden}"
         has_type = "type" in node or node.get("x-kubernetes-int-or-string") is True

@@ -9,8 +9,8 @@ import pytest
 
 from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
 from kuberl.api.types import StopSpec
-from kuberl.trainer.run import metrics
 from kuberl.trainer.run.live_status import LiveStatus
+from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
 from kuberl.trainer.run.progress import progress_line
 from kuberl.trainer.run.settings import TrainerSettings
 from kuberl.trainer.run.status_server import start_status_server
@@ -69,8 +69,9 @@ def test_termination_log_is_json_and_bounded(tmp_path, monkeypatch):
 def test_status_server_serves_status_and_metrics():
     status = LiveStatus(attempt=2)
     status.update(phase="Running", iteration=7, timesteps=14336, episodeReturnMean=212.25)
-    metrics.observe_result({**RESULT, "replay": {"shard_0": {"size": 1234}}})
-    server = start_status_server(status, 0, host="127.0.0.1")
+    metrics = TrainerMetrics()
+    metrics.on_iteration_end({**RESULT, "replay": {"shard_0": {"size": 1234}}}, stopping=False)
+    server = start_status_server(status, 0, host="127.0.0.1", registry=metrics_registry(metrics))
     try:
         base = f"http://127.0.0.1:{server.port}"
         body = json.loads(urllib.request.urlopen(f"{base}/status", timeout=5).read())

@@ -7,11 +7,11 @@ import io
 import json
 from pathlib import Path
 
-import prometheus_client
 import pytest
 
 from kuberl.api.validation import ManifestError, load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
+from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
 from kuberl.trainer.storage.checkpoints import list_checkpoints, read_best_pointer
 from kuberl.trainer.storage.local import LocalStore
 
@@ -31,16 +31,20 @@ spec:
 """
 
 
-def train(tmp_path: Path, *, stop: str, evaluation: str, checkpoint: str = "{everyIterations: 10, keep: 2}"):
+def train(tmp_path: Path, *, stop: str, evaluation: str, checkpoint: str = "{everyIterations: 10, keep: 2}",
+          metrics: TrainerMetrics | None = None):
     experiment = load_manifest(MANIFEST.format(stop=stop, evaluation=evaluation, checkpoint=checkpoint))
-    summary = run_training(experiment, TrainOptions(storage_uri=f"file://{tmp_path}", quiet=True, out=io.StringIO()))
+    summary = run_training(experiment, TrainOptions(storage_uri=f"file://{tmp_path}", quiet=True, out=io.StringIO()),
+                           metrics=metrics)
     run = tmp_path / "evaluated"
     lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     return summary, run, lines
 
 
 def test_evaluations_at_every_interval_and_at_the_end_with_their_episode_counts(tmp_path):
-    summary, _run, lines = train(tmp_path, stop="{iterations: 7}", evaluation="{interval: 3, episodes: 4}")
+    metrics = TrainerMetrics()
+    summary, _run, lines = train(tmp_path, stop="{iterations: 7}", evaluation="{interval: 3, episodes: 4}",
+                                 metrics=metrics)
     assert summary.result == "Succeeded"
     assert [line["iteration"] for line in lines] == list(range(1, 8))  # one line per iteration, no extras
     evaluated = {line["iteration"]: line["evaluation"] for line in lines if "evaluation" in line}
@@ -52,8 +56,10 @@ def test_evaluations_at_every_interval_and_at_the_end_with_their_episode_counts(
         assert evaluation["lengthMean"] == pytest.approx(evaluation["returnMean"])  # CartPole: 1 per step
         assert evaluation["returnStd"] >= 0
     assert summary.evaluationReturnMean == evaluated[7]["returnMean"]
-    assert prometheus_client.REGISTRY.get_sample_value("kuberl_evaluation_return_mean") == evaluated[7]["returnMean"]
-    assert prometheus_client.REGISTRY.get_sample_value("kuberl_evaluation_iteration") == 7
+    registry = metrics_registry(metrics)
+    assert registry.get_sample_value("kuberl_evaluation_return_mean") == evaluated[7]["returnMean"]
+    assert registry.get_sample_value("kuberl_evaluation_iteration") == 7
+    assert registry.get_sample_value("kuberl_evaluations_total") == 3
 
 
 def test_the_stop_criterion_on_the_evaluation_return(tmp_path):

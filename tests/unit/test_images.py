@@ -93,9 +93,13 @@ def _runs(path: Path) -> list[str]:
     return [arg for keyword, arg in instructions(path) if keyword == "RUN"]
 
 
-# The trainer images carry the video extra: evaluation videos are recorded in the trainer pod.
-@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator"), ("trainer.Dockerfile", "trainer,atari,mujoco,video,mlflow"),
-                                             ("trainer-cuda.Dockerfile", "trainer,atari,mujoco,video,mlflow")])
+# The trainer images carry every extra a trainer pod may need: evaluation videos are recorded there, and the
+# envs (Atari, MuJoCo, PettingZoo's) and trackers (MLflow, W&B) run there.
+TRAINER_EXTRAS = "trainer,atari,mujoco,video,mlflow,multiagent,wandb"
+
+
+@pytest.mark.parametrize(("name", "extra"), [("operator.Dockerfile", "operator,sweep"), ("trainer.Dockerfile", TRAINER_EXTRAS),
+                                             ("trainer-cuda.Dockerfile", TRAINER_EXTRAS)])
 def test_images_install_like_the_makefile(name, extra):
     runs = _runs(IMAGES / name)
     (install,) = [r for r in runs if "-c constraints.txt" in r]

@@ -8,6 +8,7 @@ import re
 import pytest
 import yaml
 
+from kuberl.api.defaults import SET_FIELDS_ANNOTATION, user_set_paths
 from kuberl.api.validation import validate_document
 from kuberl.operator import names
 from kuberl.operator.builders import (
@@ -96,10 +97,22 @@ def test_config_map_holds_the_resolved_spec_with_name_and_namespace():
     body = build_config_map(experiment(), owner())
     assert body["metadata"]["name"] == "cartpole-config"
     doc = yaml.safe_load(body["data"]["experiment.yaml"])
-    assert doc["metadata"] == {"name": "cartpole", "namespace": "research"}
+    assert doc["metadata"] == {"name": "cartpole", "namespace": "research", "annotations": {SET_FIELDS_ANNOTATION: ""}}
     assert doc["spec"]["image"] == "registry.example/trainer:1"
     assert doc["spec"]["head"]["cpu"] == "2" and doc["spec"]["workers"]["memory"] == "8Gi"
     assert validate_document(doc).spec.workers.replicas == 2  # the trainer can load it
+
+
+def test_config_map_says_which_rollouts_and_replay_fields_the_manifest_set():
+    # experiment.yaml holds every default; the annotation keeps the task-kind defaults from taking them for the user's
+    body = build_config_map(experiment(rollouts={"workers": 2, "fragmentLength": 32}, replay={"capacity": 5000}),
+                            owner())
+    doc = yaml.safe_load(body["data"]["experiment.yaml"])
+    assert doc["spec"]["rollouts"]["envsPerWorker"] == 8  # written out, but not the user's
+    assert doc["metadata"]["annotations"][SET_FIELDS_ANNOTATION] == (
+        "replay.capacity,rollouts.fragmentLength,rollouts.workers")
+    in_pod = validate_document(doc)
+    assert user_set_paths(in_pod) == {"replay.capacity", "rollouts.fragmentLength", "rollouts.workers"}
 
 
 def test_resolve_uses_operator_defaults_only_for_unset_resources():

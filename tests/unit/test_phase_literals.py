@@ -2,7 +2,8 @@
 else in src/ (as tests/unit/test_contract.py checks for the contract's values).
 
 Other vocabularies share some of its words, and each defines them once: a pod's phase (`PodPhase`), the
-Succeeded condition (`ConditionType`), the trainer's summary results (`contract.RESULT_*`). The Argo CD and
+Succeeded condition (`ConditionType`), the trainer's summary results (`contract.RESULT_*`), a sweep trial's
+state (`TrialState`) and the sweep's printer columns that count trials by state. The Argo CD and
 Flux health checks are Lua and CEL and spell phases out; tests/unit/test_gitops.py keeps them to `Phase`.
 """
 
@@ -21,6 +22,8 @@ DEFINITIONS = {
     "api/contract.py": {"RESULT_SUCCEEDED", "RESULT_FAILED"},
     "operator/status/observation.py": {"PodPhase"},
     "operator/status/conditions.py": {"ConditionType"},
+    "api/sweep_types.py": {"TrialState"},  # a sweep trial's state (Optuna's, as Katib and Ray Tune name them)
+    "api/sweep_crd.py": {"SWEEP_COLUMNS"},  # `kubectl get rls` counts trials by state
 }
 
 

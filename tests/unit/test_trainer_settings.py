@@ -24,7 +24,7 @@ def test_what_the_operator_sets_on_the_head():
     settings = TrainerSettings.from_env(env, in_cluster=True)
     assert settings == TrainerSettings(attempt=3, namespace="research", expected_nodes=3, status_port=9191,
                                        status_host="127.0.0.9", termination_log="/tmp/log", node_wait_seconds=180.0,
-                                       final_checkpoint_seconds=5.5)
+                                       final_checkpoint_seconds=5.5, log_chunks=True)  # output to storage in a pod
 
 
 def test_head_only_settings_are_read_only_in_a_cluster():

@@ -34,6 +34,8 @@ ENV_EXPERIMENT_NAMESPACE = "KUBERL_EXPERIMENT_NAMESPACE"
 ENV_ATTEMPT = "KUBERL_ATTEMPT"
 ENV_EXPECTED_NODES = "KUBERL_EXPECTED_NODES"  # head only: Ray nodes to wait for (1 + workers)
 ENV_STATUS_PORT = "KUBERL_STATUS_PORT"  # head only; also the operator's setting of the same name
+ENV_IMAGE = "KUBERL_IMAGE"  # head only: the trainer image the pod was built with (the run record keeps it)
+ENV_WANDB_API_KEY = "WANDB_API_KEY"  # head only, from spec.tracking.wandb.apiKeySecretRef (W&B's own variable)
 # Not set by the operator: the stand-in cluster binds each head to its own address and file.
 ENV_STATUS_HOST = "KUBERL_STATUS_HOST"
 ENV_TERMINATION_LOG = "KUBERL_TERMINATION_LOG"
@@ -86,7 +88,7 @@ class TrainerStatus(Progress, total=False):
     timeSeconds: float
     envStepsPerSecond: float
     message: str
-    trackingProblem: str | None  # why MLflow is not logging, while it is not (training goes on)
+    trackingProblem: str | None  # why MLflow or W&B is not logging, while it is not (training goes on)
 
 
 class TerminationSummary(Progress, total=False):

@@ -19,6 +19,7 @@ from kuberl.api.contract import APP_LABEL, APP_NAME
 _DROP = {"title", "default", "examples"}
 _CHART_CRD = Path("charts/kuberl/templates/crd.yaml")
 _CRD_FILE = Path("crds/rlexperiment.yaml")
+SOURCE = "src/kuberl/api/types.py"
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -50,6 +51,9 @@ def _structural(node: Any) -> Any:
             return _structural({**options[0], **node})
         else:
             raise ValueError(f"cannot express union in a structural schema: {options}")
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if type(node.get(bound)) in (int, float):  # JSON Schema's number is OpenAPI v3's minimum + true
+            node[limit], node[bound] = node[bound], True
     if "const" in node:
         node["enum"] = [node.pop("const")]
         node.setdefault("type", "string")
@@ -66,41 +70,34 @@ def _structural(node: Any) -> Any:
     return {k: node[k] for k in sorted(node)}
 
 
-def _schema(model: type) -> dict[str, Any]:
+def model_schema(model: type) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(_resolve(raw, raw.get("$defs", {})))
 
 
-def build_crd() -> dict[str, Any]:
-    spec_schema = _schema(types.RLExperimentSpec)
-    status_schema = _schema(types.RLExperimentStatus)
-    columns = [
-        ("Phase", "string", ".status.phase", 0),
-        ("Algorithm", "string", ".spec.algorithm", 0),
-        ("Env", "string", ".spec.env.id", 0),
-        ("Iteration", "integer", ".status.iteration", 0),
-        ("Timesteps", "integer", ".status.timesteps", 0),
-        ("Return", "number", ".status.episodeReturnMean", 0),
-        ("Eval", "number", ".status.evaluationReturnMean", 0),
-        ("Age", "date", ".metadata.creationTimestamp", 0),
-        ("Checkpoint", "string", ".status.lastCheckpoint", 1),
-    ]
+Column = tuple[str, str, str, int]  # name, type, JSON path, priority (0: always shown)
+
+
+def crd_document(*, kind: str, plural: str, singular: str, short_names: list[str], description: str,
+                 columns: list[Column], spec_schema: dict[str, Any], status_schema: dict[str, Any],
+                 subresources: dict[str, Any]) -> dict[str, Any]:
+    """A namespaced kuberl.io CustomResourceDefinition of one served and stored version."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{types.PLURAL}.{types.GROUP}",
+            "name": f"{plural}.{types.GROUP}",
             "labels": {APP_LABEL: APP_NAME, "app.kubernetes.io/component": "crd"},
         },
         "spec": {
             "group": types.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": types.KIND,
-                "listKind": f"{types.KIND}List",
-                "plural": types.PLURAL,
-                "singular": types.SINGULAR,
-                "shortNames": list(types.SHORT_NAMES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
                 "categories": ["kuberl"],
             },
             "versions": [
@@ -108,14 +105,7 @@ def build_crd() -> dict[str, Any]:
                     "name": types.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.workers.replicas",
-                            "statusReplicasPath": ".status.workers",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
+                    "subresources": subresources,
                     "additionalPrinterColumns": [
                         {"name": n, "type": t, "jsonPath": p, **({"priority": pr} if pr else {})}
                         for n, t, p, pr in columns
@@ -123,7 +113,7 @@ def build_crd() -> dict[str, Any]:
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "An RLExperiment trains a reinforcement-learning policy on a Ray cluster.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
@@ -140,35 +130,77 @@ def build_crd() -> dict[str, Any]:
     }
 
 
-def render_crd() -> str:
-    header = "# Generated from src/kuberl/api/types.py by `make crds`. Do not edit.\n"
-    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+def build_crd() -> dict[str, Any]:
+    columns: list[Column] = [
+        ("Phase", "string", ".status.phase", 0),
+        ("Algorithm", "string", ".spec.algorithm", 0),
+        ("Env", "string", ".spec.env.id", 0),
+        ("Iteration", "integer", ".status.iteration", 0),
+        ("Timesteps", "integer", ".status.timesteps", 0),
+        ("Return", "number", ".status.episodeReturnMean", 0),
+        ("Eval", "number", ".status.evaluationReturnMean", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+        ("Checkpoint", "string", ".status.lastCheckpoint", 1),
+    ]
+    return crd_document(
+        kind=types.KIND, plural=types.PLURAL, singular=types.SINGULAR, short_names=types.SHORT_NAMES,
+        description="An RLExperiment trains a reinforcement-learning policy on a Ray cluster.",
+        columns=columns, spec_schema=model_schema(types.RLExperimentSpec),
+        status_schema=model_schema(types.RLExperimentStatus),
+        subresources={
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.workers.replicas",
+                "statusReplicasPath": ".status.workers",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+    )
 
 
-def render_chart_crd() -> str:
+def generated_file(crd: dict[str, Any], source: str) -> str:
+    """crds/'s file: the CRD behind a header naming the module it is generated from."""
+    return f"# Generated from {source} by `make crds`. Do not edit.\n" + yaml.safe_dump(crd, sort_keys=False, width=120)
+
+
+def chart_file(crd: dict[str, Any], source: str) -> str:
     """The chart's copy: the same CRD, behind the crds.install toggle and kept on uninstall."""
-    crd = build_crd()
+    crd = copy.deepcopy(crd)
     # Helm keeps the CRD on uninstall; Argo CD ignores that annotation and needs its own,
-    # or deleting the Application would delete the CRD and every experiment with it.
+    # or deleting the Application would delete the CRD and every resource of its kind with it.
     crd["metadata"]["annotations"] = {
         "helm.sh/resource-policy": "keep",
         "argocd.argoproj.io/sync-options": "Delete=false",
     }
     body = yaml.safe_dump(crd, sort_keys=False, width=120)
     return (
-        "# Generated from src/kuberl/api/types.py by `make crds`. Do not edit.\n"
+        f"# Generated from {source} by `make crds`. Do not edit.\n"
         "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
     )
 
 
+def write_generated(root: Path, crd_file: Path, chart_crd: Path, crd: dict[str, Any], source: str) -> str:
+    """`make crds`: write crds/'s file and, where the chart is, its copy; what was written, as a line."""
+    (root / crd_file).parent.mkdir(parents=True, exist_ok=True)
+    (root / crd_file).write_text(generated_file(crd, source))
+    written = [root / crd_file]
+    if (root / chart_crd).parent.is_dir():
+        (root / chart_crd).write_text(chart_file(crd, source))
+        written.append(root / chart_crd)
+    return "wrote " + " and ".join(str(path) for path in written)
+
+
+def render_crd() -> str:
+    return generated_file(build_crd(), SOURCE)
+
+
+def render_chart_crd() -> str:
+    return chart_file(build_crd(), SOURCE)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0]) if argv else Path(".")
-    (root / _CRD_FILE).parent.mkdir(parents=True, exist_ok=True)
-    (root / _CRD_FILE).write_text(render_crd())
-    if (root / _CHART_CRD).parent.is_dir():
-        (root / _CHART_CRD).write_text(render_chart_crd())
-    print(f"wrote {root / _CRD_FILE}" + (f" and {root / _CHART_CRD}" if (root / _CHART_CRD).exists() else ""))
+    print(write_generated(Path(argv[0]) if argv else Path("."), _CRD_FILE, _CHART_CRD, build_crd(), SOURCE))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 The same models back the Python API's `.training(...)`, so YAML and Python use
 the same names (camelCase in YAML, snake_case in Python). Defaults solve
-CartPole-v1, Acrobot-v1 and Pendulum-v1 without tuning.
+CartPole-v1, Acrobot-v1 and Pendulum-v1 without tuning; a manifest run by `kuberl train` gets, over
+them, the set for its kind of task (continuous control, images: `kuberl.api.defaults`).
 """
 
 from __future__ import annotations

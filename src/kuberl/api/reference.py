@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from kuberl.api.algorithms import HYPERPARAMS
+from kuberl.api.defaults import reference_sections as defaults_reference_sections
 from kuberl.api.types import RLExperimentSpec
 
 _DOC_FILE = Path("docs/manifest.md")
@@ -84,6 +85,7 @@ def render_reference() -> str:
     ]
     for algorithm, params in HYPERPARAMS.items():
         out += ["", f"## spec.config for `{algorithm}`", "", header, *_rows(params, "spec.config")]
+    out += ["", *defaults_reference_sections()]
     return "\n".join(out) + "\n"
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 
 from kuberl.api.algorithms import ALGORITHM_NAMES
 from kuberl.api.base import StrictModel
+from kuberl.api.hyperparams import ConvLayer, LayerWidth
 from kuberl.api.podtemplate import template_schema
 
 GROUP = "kuberl.io"
@@ -93,7 +94,9 @@ class EnvSpec(StrictModel):
         description='A registered Gymnasium id ("CartPole-v1", "ALE/Pong-v5": the ALE namespace imports ale_py), '
         'Gymnasium\'s "module:EnvId" form ("ale_py:ALE/Pong-v5": import the module, which registers the id), or a '
         'class "package.module:Class". After a colon, a Python name (letters, digits, _ and dots) is a class; '
-        'anything with a "/" namespace or a "-vN" version is an env id.',
+        'anything with a "/" namespace or a "-vN" version is an env id. Multi-agent (PettingZoo, docs/multi-agent.md): '
+        '"package:env_module" ("mpe2:simple_spread_v3": the module\'s parallel_env) or "package.module:factory" '
+        'returning a ParallelEnv; config is passed to it.',
     )
     config: FreeForm = Field(default_factory=dict, description="Keyword arguments for the env constructor.")
     preprocessing: Literal["none", "atari"] = Field(
@@ -181,6 +184,14 @@ class CheckpointSpec(StrictModel):
         description="Export the greedy policy with every checkpoint into exports/ (onnx, torchscript): a file that "
         "computes actions from observations without kuberl.",
     )
+    restore_from: str | None = Field(
+        None, pattern=STORAGE_URI_PATTERN, max_length=1024,
+        description="Start from another run's checkpoint when this run has none of its own: a run root "
+        "(its newest checkpoint) or .../checkpoints/N, s3:// (read with spec.storage's endpoint and credentials) "
+        "or file://. The learner's weights, optimizer state, observation statistics and counters (iteration, "
+        "timesteps: stop.timesteps counts on from them) come from it; the hyperparameters, the learning rate "
+        "included, are this manifest's; the random state is this run's seed. Same algorithm and spaces only.",
+    )
 
     @field_validator("export")
     @classmethod
@@ -199,10 +210,36 @@ class MLflowSpec(StrictModel):
     )
 
 
+class WandbKeyRef(StrictModel):
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                      description="Secret in the experiment's namespace holding the W&B API key.")
+    key: str = Field("WANDB_API_KEY", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$",
+                     description="The Secret's key whose value is the API key.")
+
+
+class WandbSpec(StrictModel):
+    project: str = Field(min_length=1, max_length=128, description="W&B project the run is logged into.")
+    entity: str | None = Field(None, min_length=1, max_length=128,
+                               description="W&B entity (user or team); default: the API key's default entity.")
+    group: str | None = Field(None, min_length=1, max_length=128, description="W&B run group.")
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64, description="W&B run tags.")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "online", description="online: log to the W&B server; offline: write W&B's run files into the run's "
+        "storage (wandb/) for `wandb sync`; disabled: no W&B.")
+    api_key_secret_ref: WandbKeyRef | None = Field(
+        None, description="Secret whose key holds the API key, put into the head pod as WANDB_API_KEY "
+        "(never in the spec). Locally the trainer reads WANDB_API_KEY or `wandb login`.")
+
+
 class TrackingSpec(StrictModel):
     mlflow: MLflowSpec | None = Field(
         None, description="Log params, metrics, the final checkpoint and the exported policy to MLflow "
         "(needs the trainer's mlflow extra; never stops training when the server is away).",
+    )
+    wandb: WandbSpec | None = Field(
+        None, description="Log the config, metrics by env step, evaluation videos, the final checkpoint and "
+        "the exported policy to Weights & Biases (the trainer's wandb extra; never stops training).",
     )
 
 
@@ -297,6 +334,54 @@ class SchedulingSpec(StrictModel):
                                "(scheduling.x-k8s.io PodGroup, the coscheduling plugin).")
 
 
+# A policy's name: it names checkpoint folders, metrics and exports, so a DNS label with underscores.
+POLICY_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_]{0,61}[a-z0-9])?$"
+AGENT_PATTERN_PATTERN = r"^\S+$"
+
+
+class PolicyModelSpec(StrictModel):
+    """A policy's own network, over the one spec.config describes."""
+
+    hidden: list[LayerWidth] | None = Field(None, min_length=1, max_length=8,
+                                            description="MLP widths for vector observations (spec.config.hidden).")
+    activation: Literal["tanh", "relu"] | None = Field(None, description="spec.config.activation.")
+    conv: list[ConvLayer] | None = Field(None, min_length=1, max_length=8,
+                                         description="Conv layers for images (spec.config.model.conv).")
+    conv_hidden: list[LayerWidth] | None = Field(None, max_length=4,
+                                                 description="Dense layers after the conv stack "
+                                                 "(spec.config.model.hidden).")
+
+
+class PolicySpec(StrictModel):
+    name: str = Field(min_length=1, max_length=63, pattern=POLICY_NAME_PATTERN,
+                      description="The policy's name (checkpoint folders, metrics, exports).")
+    agents: list[Annotated[str, Field(min_length=1, max_length=253, pattern=AGENT_PATTERN_PATTERN)]] = Field(
+        min_length=1, max_length=1024,
+        description='The agents this policy acts for: exact agent ids ("speaker_0") or glob patterns '
+        '("adversary_*", "*"). An exact id wins over a pattern; among patterns, the first policy listed wins.',
+    )
+    config: FreeForm = Field(default_factory=dict,
+                             description="Hyperparameters of this policy's learner, over spec.config (lr, gamma, ...).")
+    model: PolicyModelSpec | None = Field(None, description="This policy's network, over spec.config's.")
+
+
+class MultiAgentSpec(StrictModel):
+    policies: list[PolicySpec] = Field(
+        default_factory=list, max_length=64,
+        description="The policies and the agents each serves. Empty (the default, and with no multiAgent at all): "
+        "one policy, shared, that every agent acts with (parameter sharing).",
+    )
+    policies_to_train: list[Annotated[str, Field(min_length=1, max_length=63)]] | None = Field(
+        None, max_length=64,
+        description="The policies that learn; the others act with the weights they start with (or restore). "
+        "Unset: all of them.",
+    )
+    agent_id_feature: bool = Field(
+        False, description="Append a one-hot of the agent's index among its policy's agents to each observation "
+        "(vector observations only), so that a shared policy can tell its agents apart.",
+    )
+
+
 class RLExperimentSpec(StrictModel):
     algorithm: Algorithm = Field(description=" | ".join(ALGORITHM_NAMES))
     env: EnvSpec
@@ -310,6 +395,10 @@ class RLExperimentSpec(StrictModel):
     storage: StorageSpec = Field(default_factory=StorageSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     evaluation: EvaluationSpec | None = Field(None, description="Evaluation during training.")
+    multi_agent: MultiAgentSpec | None = Field(
+        None, description="Policies of a multi-agent env (a PettingZoo env in env.id) and the agents each serves; "
+        "unset: one policy shared by all agents.",
+    )
     callbacks: str | None = Field(
         None, max_length=253, pattern=CLASS_PATH_PATTERN,
         description='"package.module:Class": a subclass of kuberl.trainer.run.callbacks.Callbacks, '
@@ -368,6 +457,9 @@ class RLExperimentStatus(StrictModel):
     completion_time: str | None = None
     last_failure: Failure | None = Field(
         None, description="The last head failure; the next attempt's message ends with it until that attempt trains.")
+    image: str | None = Field(None, description="The head container's image, as the kubelet reports it.")
+    image_id: str | None = Field(
+        None, alias="imageID", description="The head container's image digest (containerStatuses[].imageID).")
 
 
 class Metadata(BaseModel):
@@ -379,13 +471,19 @@ class Metadata(BaseModel):
     namespace: str | None = Field(None, max_length=63)
 
 
-class RLExperiment(StrictModel):
+class CustomResource(StrictModel):
+    """The envelope of every kuberl.io object; a subclass narrows `kind` and adds its spec and status."""
+
     api_version: Literal["kuberl.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["RLExperiment"] = KIND
+    kind: str
     metadata: Metadata
-    spec: RLExperimentSpec
-    status: RLExperimentStatus | None = None
 
     @property
     def name(self) -> str:
         return self.metadata.name
+
+
+class RLExperiment(CustomResource):
+    kind: Literal["RLExperiment"] = KIND
+    spec: RLExperimentSpec
+    status: RLExperimentStatus | None = None

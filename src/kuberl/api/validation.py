@@ -11,15 +11,18 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import CommonParams, PPOParams
+from kuberl.api.multiagent import policy_errors, policy_params
 from kuberl.api.podtemplate import template_errors
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
+
+ResourceT = TypeVar("ResourceT", bound=BaseModel)
 
 MAX_MANIFEST_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
@@ -215,6 +218,25 @@ def hyperparams_for(experiment: RLExperiment) -> CommonParams:
         raise ManifestError(_pydantic_errors(exc, params_cls, "spec.config")) from None
 
 
+def multi_agent_errors(experiment: RLExperiment) -> list[FieldError]:
+    """spec.multiAgent as the manifest alone shows it: unique names, policies that exist, each policy's config."""
+    multi = experiment.spec.multi_agent
+    if multi is None:
+        return []
+    errors = [FieldError(path, message) for path, message in policy_errors(experiment)]
+    named = {error.path.rsplit(".config.", 1)[0] for error in errors if ".config." in error.path}
+    params_cls = REGISTRY[experiment.spec.algorithm].hyperparams
+    for index, policy in enumerate(multi.policies):
+        path = f"spec.multiAgent.policies[{index}]"
+        if path in named:
+            continue
+        try:
+            policy_params(experiment, policy)
+        except ValidationError as exc:
+            errors.extend(_pydantic_errors(exc, params_cls, f"{path}.config"))
+    return errors
+
+
 def _params_or_none(experiment: RLExperiment) -> CommonParams | None:
     """The validated hyperparameters, or None where they are invalid (the hyperparameter check reports that)."""
     try:
@@ -252,7 +274,8 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     if entry.off_policy and spec.replay.capacity < max(shards, spec.replay.shards or 0):
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     params = _params_or_none(experiment)
-    if isinstance(params, PPOParams) and "minibatch_size" in params.model_fields_set:
+    # A multi-agent policy's batch also counts its agents, which only the env knows.
+    if isinstance(params, PPOParams) and "minibatch_size" in params.model_fields_set and spec.multi_agent is None:
         batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)
         if params.minibatch_size > batch:
             errors.append(
@@ -322,13 +345,15 @@ def unrepresentable_values(doc: Any, path: str = "") -> list[FieldError]:
     return sorted(errors, key=lambda e: e.path)
 
 
-def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
-    """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects)."""
+def parse_resource(doc: dict[str, Any], model: type[ResourceT], kind: str, *, strict: bool = True) -> ResourceT:
+    """A parsed manifest of `kind` as `model`, or ManifestError naming each field: the apiVersion and kind,
+    values no Kubernetes object can hold, then the schema. strict=False ignores unknown top-level metadata
+    (API-server objects)."""
     errors: list[FieldError] = []
     if doc.get("apiVersion") != API_VERSION:
         errors.append(FieldError("apiVersion", f"must be {API_VERSION!r}, got {doc.get('apiVersion')!r}"))
-    if doc.get("kind") != KIND:
-        errors.append(FieldError("kind", f"must be {KIND!r}, got {doc.get('kind')!r}"))
+    if doc.get("kind") != kind:
+        errors.append(FieldError("kind", f"must be {kind!r}, got {doc.get('kind')!r}"))
     if errors:
         raise ManifestError(errors)
     body = doc if strict else {k: doc[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in doc}
@@ -336,10 +361,15 @@ def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperime
     if errors:
         raise ManifestError(errors)
     try:
-        experiment = RLExperiment.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
-        raise ManifestError(_pydantic_errors(exc, RLExperiment, "")) from None
-    errors = cross_field_errors(experiment) + pod_template_errors(experiment)
+        raise ManifestError(_pydantic_errors(exc, model, "")) from None
+
+
+def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
+    """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects)."""
+    experiment = parse_resource(doc, RLExperiment, KIND, strict=strict)
+    errors = cross_field_errors(experiment) + pod_template_errors(experiment) + multi_agent_errors(experiment)
     try:
         hyperparams_for(experiment)
     except ManifestError as exc:

@@ -181,3 +181,7 @@ async def _poll(memo: kopf.Memo, record: Experiment, logger: logging.Logger) -> 
         if trainer is not None:
             record.trainer = trainer
     await memo.experiments.reconcile(record.key, logger)
+
+
+# RLSweep: its own handlers, registered with these (kuberl.operator.handlers is the module Kopf runs).
+from kuberl.operator import sweep_handlers  # noqa: E402, F401

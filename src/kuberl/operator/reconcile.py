@@ -73,14 +73,18 @@ def _int_annotation(meta: dict[str, Any], key: str) -> int:
         return 0
 
 
+def manifest_document(body: dict[str, Any]) -> dict[str, Any]:
+    """The parts of an API object that its manifest validates: the API server's own metadata and status left out."""
+    meta = body.get("metadata") or {}
+    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            "spec": body.get("spec") if body.get("spec") is not None else {}}
+
+
 def validate_body(body: dict[str, Any]) -> tuple[RLExperiment | None, tuple[str, ...]]:
     """The experiment from an API object, or the errors that name the fields (schema, cross-field, cluster)."""
-    meta = body.get("metadata") or {}
-    doc = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
-           "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-           "spec": body.get("spec") if body.get("spec") is not None else {}}
     try:
-        experiment = validate_document(doc, strict=False)
+        experiment = validate_document(manifest_document(body), strict=False)
     except ManifestError as exc:
         return None, tuple(str(e) for e in exc.errors[:MAX_ERRORS_SHOWN])
     errors = cluster_errors(experiment)
@@ -88,6 +92,24 @@ def validate_body(body: dict[str, Any]) -> tuple[RLExperiment | None, tuple[str,
 
 
 def _missing_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) -> str | None:
+    return _missing_storage_secret(cluster, experiment, namespace) or _missing_wandb_secret(cluster, experiment,
+                                                                                           namespace)
+
+
+def _missing_wandb_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) -> str | None:
+    wandb = experiment.spec.tracking.wandb
+    ref = wandb.api_key_secret_ref if wandb is not None else None
+    if ref is None:
+        return None
+    secret = cluster.secret(namespace, ref.name)
+    if secret is None:
+        return f"spec.tracking.wandb.apiKeySecretRef: Secret {ref.name!r} not found in namespace {namespace!r}"
+    if ref.key not in {**(secret.get("data") or {}), **(secret.get("stringData") or {})}:
+        return f"spec.tracking.wandb.apiKeySecretRef: Secret {ref.name!r} has no key {ref.key}"
+    return None
+
+
+def _missing_storage_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) -> str | None:
     ref = experiment.spec.storage.secret_ref
     if ref is None:
         return None

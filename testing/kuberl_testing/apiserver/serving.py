@@ -17,8 +17,10 @@ def _default_emulator(with_kuberl_crd: bool) -> KubeApiEmulator:
     emulator = KubeApiEmulator()
     if with_kuberl_crd:
         from kuberl.api.crd import build_crd
+        from kuberl.api.sweep_crd import build_sweep_crd
 
         emulator.register_crd(build_crd())
+        emulator.register_crd(build_sweep_crd())
     return emulator
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from kuberl.api.defaults import SET_FIELDS_ANNOTATION, spec_fields_set
 from kuberl.api.types import RLExperiment
 from kuberl.operator import names
 from kuberl.operator.builders.common import Owner, metadata
@@ -18,7 +19,9 @@ def experiment_yaml(experiment: RLExperiment) -> str:
     doc = {
         "apiVersion": experiment.api_version,
         "kind": experiment.kind,
-        "metadata": {"name": experiment.metadata.name, "namespace": experiment.metadata.namespace},
+        "metadata": {"name": experiment.metadata.name, "namespace": experiment.metadata.namespace,
+                     # the spec below holds every default: this says which rollouts/replay fields the user set
+                     "annotations": {SET_FIELDS_ANNOTATION: spec_fields_set(experiment)}},
         "spec": experiment.spec.to_manifest(),
     }
     return yaml.safe_dump(doc, sort_keys=False)

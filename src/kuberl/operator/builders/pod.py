@@ -12,7 +12,9 @@ from kuberl.api.contract import (
     ENV_EXPECTED_NODES,
     ENV_EXPERIMENT_NAME,
     ENV_EXPERIMENT_NAMESPACE,
+    ENV_IMAGE,
     ENV_STATUS_PORT,
+    ENV_WANDB_API_KEY,
     HEAD_ROLE,
     MALLOC_ENV,
     OPTIONAL_CREDENTIAL_KEYS,
@@ -147,6 +149,14 @@ def worker_command(experiment: RLExperiment, owner: Owner, status_port: int) -> 
     return f"{wait}; {ray}"
 
 
+def _wandb_env(experiment: RLExperiment) -> list[dict[str, Any]]:
+    """W&B's API key from the Secret the spec names: only a secretKeyRef, never the key itself."""
+    wandb = experiment.spec.tracking.wandb
+    if wandb is None or wandb.api_key_secret_ref is None:
+        return []
+    return [_secret_env(ENV_WANDB_API_KEY, wandb.api_key_secret_ref.name, wandb.api_key_secret_ref.key)]
+
+
 def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int, *, status_port: int) -> dict[str, Any]:
     spec = experiment.spec
     env = [
@@ -154,6 +164,8 @@ def build_head_pod(experiment: RLExperiment, owner: Owner, attempt: int, *, stat
         {"name": "RAY_ADDRESS", "value": f"$(POD_IP):{GCS_PORT}"},
         {"name": ENV_EXPECTED_NODES, "value": str(1 + spec.workers.replicas)},
         {"name": ENV_STATUS_PORT, "value": str(status_port)},
+        {"name": ENV_IMAGE, "value": spec.image or ""},
+        *_wandb_env(experiment),
     ]
     container = {
         "name": "head",

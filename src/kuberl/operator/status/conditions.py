@@ -21,7 +21,8 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     RECONCILING = "Reconciling"
     STALLED = "Stalled"
-    TRACKING_DEGRADED = "TrackingDegraded"  # spec.tracking.mlflow is set and MLflow does not answer
+    TRACKING_DEGRADED = "TrackingDegraded"  # spec.tracking.mlflow or .wandb is set and does not answer
+    FAILED = "Failed"  # an RLSweep's: True once it ended Failed (its message names the failed trials)
 
 
 PHASE_CONDITIONS = (ConditionType.READY, ConditionType.SUCCEEDED, ConditionType.RECONCILING, ConditionType.STALLED)

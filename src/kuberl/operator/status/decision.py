@@ -103,6 +103,8 @@ def _base(obs: Observation) -> Decision:
     status.conditions = []
     status.attempt = max(obs.previous.attempt or 0, head.attempt if head else 0) or None
     status.observed_generation = obs.generation
+    if head is not None and head.image_id:  # what the kubelet ran: the run record's image digest
+        status.image, status.image_id = head.running_image or head.image, head.image_id
     return Decision(status=status, restarts=obs.restarts, failed_attempt=obs.failed_attempt)
 
 
@@ -312,7 +314,7 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
 
 
 def _tracking_condition(decision: Decision, obs: Observation, problem: str | None) -> None:
-    """TrackingDegraded: MLflow (spec.tracking) is not logging. Training goes on; the condition and a
+    """TrackingDegraded: MLflow or W&B (spec.tracking) is not logging. Training goes on; the condition and a
     Warning event say why, and the condition turns False once the trainer logs again."""
     previous = next((c for c in obs.previous.conditions if c.type == ConditionType.TRACKING_DEGRADED), None)
     if not problem and previous is None:
@@ -323,7 +325,7 @@ def _tracking_condition(decision: Decision, obs: Observation, problem: str | Non
                                                reason, message, obs.generation, obs.now)
     if problem and (previous is None or previous.status != "True"):
         decision.events.append(Event("Warning", Reason.TRACKING_UNAVAILABLE,
-                                     f"training goes on without MLflow: {message}"))
+                                     f"training goes on without it: {message}"))
 
 
 def _with_failure(message: str, status: RLExperimentStatus, attempt: int) -> str:

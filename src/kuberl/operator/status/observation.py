@@ -56,6 +56,8 @@ class PodState:
     memory_limit: str | None = None  # the container's resources.limits.memory
     gated: bool = False  # Kueue's admission gate is on: the pod group waits in its queue
     disruption: str | None = None  # the reason of a DisruptionTarget condition (preempted, evicted)
+    running_image: str = ""  # the container status's image and imageID (the digest), once it has started
+    image_id: str = ""
 
     @property
     def oom_killed(self) -> bool:
@@ -138,6 +140,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
         termination_reason=terminated.get("reason"),
         memory_limit=str(limits["memory"]) if limits.get("memory") is not None else None,
         gated=KUEUE_GATE in gates, disruption=disruption,
+        running_image=container.get("image") or "", image_id=container.get("imageID") or "",
     )
 
 

@@ -23,7 +23,7 @@ import torch
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
-from kuberl.trainer.sampling.envs import EnvSettings, env_spaces
+from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
 from kuberl.trainer.sampling.sampler import Sampler
@@ -56,6 +56,19 @@ def seed_everything(seed: int | None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def evaluation_statistics(episodes: int, returns: list[float], lengths: list[int]) -> dict[str, Any]:
+    """What `evaluate` reports of the episodes it played."""
+    return {
+        "episodes": episodes,
+        "episodeReturnMean": float(np.mean(returns)) if returns else None,
+        "episodeReturnStd": float(np.std(returns)) if returns else None,
+        "episodeReturnMin": float(np.min(returns)) if returns else None,
+        "episodeReturnMax": float(np.max(returns)) if returns else None,
+        "episodeLengthMean": float(np.mean(lengths)) if lengths else None,
+        "returns": returns,
+    }
+
+
 class Algorithm:
     """One experiment's training state; `train()` runs one iteration."""
 
@@ -75,7 +88,7 @@ class Algorithm:
         self.device = learner_device(self.spec.learner.gpus)
         configure_cpu_threads()
         self.env_settings = EnvSettings.from_spec(self.spec.env)
-        spaces = env_spaces(self.env_settings)
+        spaces = self.spaces()
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
         self.frame_stack = spaces.frame_stack
@@ -84,6 +97,10 @@ class Algorithm:
         self.setup()
 
     # -- what a subclass implements --------------------------------------------------------------
+    def spaces(self) -> EnvSpaces:
+        """The spaces the learner's networks are built for (a multi-agent algorithm: those of its first policy)."""
+        return env_spaces(self.env_settings)
+
     def setup(self) -> None:
         """Build models, optimizers and workers."""
         raise NotImplementedError
@@ -276,6 +293,10 @@ class Algorithm:
         their epsilon; a policy left unconfigured would keep its starting one)."""
         return {}
 
+    def evaluation_worker_class(self) -> type | None:
+        """The evaluation actor's class where it is not `kuberl.trainer.evaluation.actor.EvaluationWorker`."""
+        return None
+
     def evaluation_policy(self) -> tuple[PolicyFactory, Any]:
         """What evaluation actors run: the rollout workers' policy factory and the weights it loads."""
         if self.sampler is None:
@@ -295,16 +316,7 @@ class Algorithm:
     def evaluate(self, episodes: int = 10, *, explore: bool = False, seed: int | None = None) -> dict[str, Any]:
         """Play whole episodes with the learner's policy (no learning); returns their statistics."""
         played = self.play(self.evaluation_seeds(episodes, seed), explore=explore)
-        returns, lengths = played.returns, played.lengths
-        return {
-            "episodes": episodes,
-            "episodeReturnMean": float(np.mean(returns)) if returns else None,
-            "episodeReturnStd": float(np.std(returns)) if returns else None,
-            "episodeReturnMin": float(np.min(returns)) if returns else None,
-            "episodeReturnMax": float(np.max(returns)) if returns else None,
-            "episodeLengthMean": float(np.mean(lengths)) if lengths else None,
-            "returns": returns,
-        }
+        return evaluation_statistics(episodes, played.returns, played.lengths)
 
     def stop(self) -> None:
         if self.sampler is not None:

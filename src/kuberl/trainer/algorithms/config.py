@@ -86,6 +86,16 @@ class AlgorithmConfig:
         )
         return self
 
+    def multi_agent(self, *, policies: list[dict[str, Any]] | None = None, policies_to_train: list[str] | None = None,
+                    agent_id_feature: bool | None = None) -> Self:
+        """spec.multiAgent for a PettingZoo env: policies as [{"name", "agents", "config", "model"}] (manifest
+        names), the ones that learn, the one-hot agent id (docs/multi-agent.md)."""
+        section = self._section("multiAgent")
+        if policies is not None:
+            section["policies"] = [dict(policy) for policy in policies]
+        section.update(_camel({"policies_to_train": policies_to_train, "agent_id_feature": agent_id_feature}))
+        return self
+
     def replay(self, *, shards: int | None = None, capacity: int | None = None, prioritized: bool | None = None) -> Self:
         self._section("replay").update(_camel({"shards": shards, "capacity": capacity, "prioritized": prioritized}))
         return self
@@ -199,7 +209,14 @@ class AlgorithmConfig:
 
     def build(self) -> Algorithm:
         self.validate()
-        return self.algorithm_class()(self.experiment, self.params, self.build_callbacks())
+        from kuberl.trainer.multiagent.envs import is_multi_agent
+
+        algorithm_class: type[Algorithm] = self.algorithm_class()
+        if is_multi_agent(self.experiment.spec.env.id):  # a PettingZoo env: one learner per policy
+            from kuberl.trainer.multiagent.algorithm import multi_agent_algorithm_class
+
+            algorithm_class = multi_agent_algorithm_class(self.algorithm)
+        return algorithm_class(self.experiment, self.params, self.build_callbacks())
 
     def build_callbacks(self) -> Callbacks:
         """The hooks set from Python, else those spec.callbacks names, else none."""
@@ -228,8 +245,13 @@ class AlgorithmConfig:
 
     @classmethod
     def from_manifest(cls, path: str | Path, overrides: list[str] | None = None) -> AlgorithmConfig:
+        """The config of a manifest file, with its task kind's defaults where it leaves values unset, as
+        `kuberl train` trains it (kuberl.api.defaults; the builder methods apply no such set)."""
+        from kuberl.trainer.run.task_defaults import resolve_task_defaults
+
         text = Path(path).read_text()
-        return cls.from_experiment(load_manifest(text, overrides=overrides, source=str(path)))
+        experiment, _ = resolve_task_defaults(load_manifest(text, overrides=overrides, source=str(path)))
+        return cls.from_experiment(experiment)
 
 
 def config_class_for(algorithm: str) -> type[AlgorithmConfig]:

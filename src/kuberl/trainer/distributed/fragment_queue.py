@@ -25,7 +25,7 @@ class FragmentQueue:
     """IMPALA's and APPO's `Sampler`: workers that sample without waiting, into a bounded queue."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int, *,
-                 queue_size: int, requests_per_worker: int):
+                 queue_size: int, requests_per_worker: int, worker_set: type[WorkerSet] = WorkerSet):
         self.queue_size = queue_size
         self.requests_per_worker = requests_per_worker
         self.queue: deque[SampleBatch] = deque()
@@ -41,7 +41,8 @@ class FragmentQueue:
 
             init_ray()
             cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1.0)) / num_workers)
-        self.workers = WorkerSet(config, policy_factory, num_workers, num_cpus_per_worker=cpus, spread=True)
+        # worker_set: the multi-agent one for PettingZoo envs (its fragments are MultiAgentSampleBatch)
+        self.workers = worker_set(config, policy_factory, num_workers, num_cpus_per_worker=cpus, spread=True)
 
     @property
     def actors(self) -> list[Any]:

@@ -49,4 +49,6 @@ def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = 
     ]
     if "episodeLengthMean" in stats:
         lines.append(f"length mean {stats['episodeLengthMean']:.1f}")
+    if stats.get("agents"):  # a multi-agent run: the return above is the team's, the sum over its agents
+        lines.append("agents: " + ", ".join(f"{agent} {value:.2f}" for agent, value in stats["agents"].items()))
     return "\n".join(lines)

@@ -113,7 +113,8 @@ class Evaluator:
 
             init_ray()
             # No CPU reservation: evaluation must never wait for rollout workers to give up theirs.
-            actor_class = ray.remote(EvaluationWorker).options(num_cpus=0, max_restarts=0, **ACTOR_OPTIONS)
+            worker = self.algo.evaluation_worker_class() or EvaluationWorker  # a multi-agent run has its own
+            actor_class = ray.remote(worker).options(num_cpus=0, max_restarts=0, **ACTOR_OPTIONS)
             seed = (self.algo.params.seed or 0) + 20_000
             make = self.algo.evaluation_env(self.spec.env_config)
             filter_kind = self.algo.params.observation_filter

@@ -22,11 +22,12 @@ from kuberl.trainer.storage.base import ObjectStore
 log = logging.getLogger(__name__)
 
 EXPORTS = "exports"
-_EXPORT_RE = re.compile(r"^exports/policy-(?P<iteration>\d{6,})\.(onnx|pt)$")
+# A multi-agent run exports each policy: policy-ITERATION-NAME.onnx.
+_EXPORT_RE = re.compile(r"^exports/policy-(?P<iteration>\d{6,})(-(?P<policy>[a-z0-9][-a-z0-9_]*))?\.(onnx|pt)$")
 
 
-def export_key(iteration: int, fmt: str) -> str:
-    return f"{EXPORTS}/policy-{iteration:06d}{SUFFIXES[fmt]}"
+def export_key(iteration: int, fmt: str, policy: str | None = None) -> str:
+    return f"{EXPORTS}/policy-{iteration:06d}{f'-{policy}' if policy else ''}{SUFFIXES[fmt]}"
 
 
 def latest_exports(store: ObjectStore) -> dict[str, str]:
@@ -51,15 +52,24 @@ class RunExports:
         self.sizes: dict[str, int] = {}  # key -> bytes, of what this process exported
 
     def submit(self, algo: Any, iteration: int) -> None:
-        """Export the algorithm's current policy as the policy of checkpoint `iteration`."""
+        """Export the algorithm's current policy (a multi-agent run: each of its policies) as the policy of
+        checkpoint `iteration`."""
         if not self.formats:
             return
-        policy = exported_policy(algo)
-        example = example_input(algo.observation_space)
-        description = describe(algo, checkpoint=self.store.url(f"checkpoints/{iteration:06d}"))
-        for fmt in self.formats:
-            key = export_key(iteration, fmt)
-            self.background.submit(key, lambda fmt=fmt, key=key: self._save(policy, example, fmt, key, description))
+        names: tuple[str | None, ...] = tuple(getattr(algo, "policy_names", ())) or (None,)
+        for name in names:
+            if name is not None:
+                algo.select_policy(name)
+            policy = exported_policy(algo)
+            example = example_input(algo.observation_space)
+            description = describe(algo, checkpoint=self.store.url(f"checkpoints/{iteration:06d}"),
+                                   **({"policy": name} if name else {}))
+            for fmt in self.formats:
+                key = export_key(iteration, fmt, name)
+                self.background.submit(key, lambda fmt=fmt, key=key, policy=policy, example=example,
+                                       description=description: self._save(policy, example, fmt, key, description))
+        if names[0] is not None:
+            algo.select_policy(names[0])  # what the rest of the run describes: the first policy, as before
         self.background.submit(f"{EXPORTS}/ retention", self._prune)
 
     def _save(self, policy: Any, example: Any, fmt: str, key: str, description: str) -> None:
@@ -70,8 +80,9 @@ class RunExports:
             self.sizes[key] = path.stat().st_size
 
     def _prune(self) -> None:
-        iterations = sorted({int(m["iteration"]) for key in self.store.list(f"{EXPORTS}/")
-                             if (m := _EXPORT_RE.match(key))})
-        for old in iterations[:-self.keep]:
-            for fmt in SUFFIXES:
-                self.store.delete(export_key(old, fmt))
+        exported = [(int(m["iteration"]), key) for key in self.store.list(f"{EXPORTS}/")
+                    if (m := _EXPORT_RE.match(key))]
+        kept = set(sorted({iteration for iteration, _ in exported})[-self.keep:])
+        for iteration, key in exported:
+            if iteration not in kept:
+                self.store.delete(key)

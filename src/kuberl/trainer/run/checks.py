@@ -9,6 +9,7 @@ from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError, hyperparams_for
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
+from kuberl.trainer.run.env_failures import env_construction_errors
 from kuberl.trainer.sampling.envs import EnvNotFound, EnvSettings, PreprocessingError, env_spaces
 from kuberl.trainer.sampling.wrappers import WrapperError
 
@@ -32,13 +33,10 @@ def _build_errors(experiment: RLExperiment) -> tuple[gym.Space, gym.Space] | lis
         return [FieldError(path, str(exc))]
     except WrapperError as exc:
         return [FieldError(f"spec.env.wrappers[{exc.index}].{exc.field}", str(exc))]
-    except TypeError as exc:
-        return [FieldError("spec.env.config", f"the env {env.id!r} does not accept it: {exc}")]
-    except Exception as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
-        return [FieldError("spec.env.id", f"creating {env.id!r} failed: {type(exc).__name__}: {exc}")]
-    except SystemExit as exc:  # an env module that exits on import must not end the trainer with its code
-        return [FieldError("spec.env.id", f"creating {env.id!r} failed: it called sys.exit({exc.code!r})")]
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
+        return env_construction_errors(env.id, exc)
     return spaces.observation_space, spaces.action_space
+
 
 
 def _image_errors(experiment: RLExperiment, observation_space: gym.Space) -> list[FieldError]:
@@ -56,6 +54,11 @@ def _image_errors(experiment: RLExperiment, observation_space: gym.Space) -> lis
 
 def env_errors(experiment: RLExperiment) -> list[FieldError]:
     """Problems with spec.env for spec.algorithm; empty when the env can be built and used."""
+    from kuberl.trainer.multiagent.checks import multi_agent_env_errors
+
+    multi_agent = multi_agent_env_errors(experiment)  # None: a single-agent env
+    if multi_agent is not None:
+        return multi_agent
     spec = experiment.spec
     built = _build_errors(experiment)
     if isinstance(built, list):

@@ -14,6 +14,8 @@ from kuberl.api.contract import RESULT_FAILED, RESULT_INVALID_SPEC
 from kuberl.api.types import RLExperiment
 from kuberl.api.validation import ManifestError
 from kuberl.trainer.run.live_status import LiveStatus
+from kuberl.trainer.run.log_capture import start_capture
+from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
 from kuberl.trainer.run.settings import TrainerSettings
 from kuberl.trainer.run.summary import Summary, write_termination_log
 from kuberl.trainer.run.training_run import TrainingRun, TrainOptions
@@ -23,11 +25,14 @@ from kuberl.trainer.storage.faults import StoreUnavailable
 __all__ = ["TrainOptions", "run_training"]
 
 
-def run_training(experiment: RLExperiment, options: TrainOptions, settings: TrainerSettings | None = None) -> Summary:
-    """Train to a stop criterion; the summary says how it ended (and the process's exit code)."""
+def run_training(experiment: RLExperiment, options: TrainOptions, settings: TrainerSettings | None = None,
+                 metrics: TrainerMetrics | None = None) -> Summary:
+    """Train to a stop criterion; the summary says how it ended (and the process's exit code). `metrics`:
+    the run's metrics (served on /metrics with a status port), for a caller that reads them afterwards."""
     if settings is None:
         settings = TrainerSettings.from_env(in_cluster=options.in_cluster)
     status = LiveStatus(attempt=settings.attempt or 0)
+    metrics = TrainerMetrics() if metrics is None else metrics
     server = None
     port = options.status_port
     if port is None and options.in_cluster:
@@ -37,9 +42,11 @@ def run_training(experiment: RLExperiment, options: TrainOptions, settings: Trai
 
         default_host = "0.0.0.0" if options.in_cluster else "127.0.0.1"
         host = settings.status_host if settings.status_host is not None else default_host
-        server = start_status_server(status, port, host=host)
+        server = start_status_server(status, port, host=host, registry=metrics_registry(metrics))
+    capture = start_capture(settings)  # stdout/stderr also into the run's storage, once it is open
     try:
-        with TrainingRun(experiment, options, settings, status) as run:
+        with TrainingRun(experiment, options, settings, status, logs=capture.chunks if capture else None,
+                         metrics=metrics) as run:
             summary = run.train()
     except ManifestError as exc:
         if not options.in_cluster:
@@ -61,6 +68,8 @@ def run_training(experiment: RLExperiment, options: TrainOptions, settings: Trai
     finally:
         if server is not None:
             server.shutdown()
+        if capture is not None:
+            capture.stop()
     status.update(phase=summary.result)
     if options.in_cluster:
         write_termination_log(summary, settings.termination_log)

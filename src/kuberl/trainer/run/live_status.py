@@ -29,7 +29,7 @@ class LiveStatus:
     lastCheckpoint: str | None = None  # noqa: N815
     timeSeconds: float = 0.0  # noqa: N815
     envStepsPerSecond: float = 0.0  # noqa: N815
-    trackingProblem: str | None = None  # noqa: N815 - why MLflow is not logging, while it is not
+    trackingProblem: str | None = None  # noqa: N815 - why MLflow or W&B is not logging, while it is not
     message: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -1,93 +1,138 @@
-"""Trainer metrics in Prometheus form, served on the status port's /metrics next to /status."""
+"""Trainer metrics in Prometheus form, served on the status port's /metrics next to /status.
+
+`TrainerMetrics` is the run's observer and a prometheus_client custom collector: it keeps the latest
+figures of the run (the last result, evaluation and checkpoint) and `collect()` turns them into metric
+families at each scrape. Counters come straight from the result's cumulative totals (`timesteps`,
+`episodes`, `learner.updatesTotal`), which a resume carries on. The driver gives each run a registry
+of its own (`metrics_registry`): the run's collector beside prometheus_client's process, platform and
+GC collectors, so nothing of a run lives in module globals.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, GCCollector, Histogram, PlatformCollector, ProcessCollector
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kuberl.trainer.run.observer import RunObserver
 
 if TYPE_CHECKING:
     from kuberl.trainer.storage.base import CheckpointInfo
 
-ENV_STEPS = Counter("kuberl_env_steps", "Environment steps sampled")
-EPISODES = Counter("kuberl_episodes", "Episodes finished")
-LEARNER_UPDATES = Counter("kuberl_learner_updates", "Gradient updates applied by the learner")
-ITERATION = Gauge("kuberl_training_iteration", "Last completed training iteration")
-EPISODE_RETURN = Gauge("kuberl_episode_return_mean", "Mean return of the last 100 finished episodes")
-ENV_STEPS_PER_SECOND = Gauge("kuberl_env_steps_per_second", "Sampling throughput of the last iteration")
-EVALUATIONS = Counter("kuberl_evaluations", "Evaluations finished")
-EVALUATION_RETURN = Gauge("kuberl_evaluation_return_mean", "Return mean of the latest evaluation's episodes")
-EVALUATION_ITERATION = Gauge("kuberl_evaluation_iteration", "Training iteration whose policy the latest evaluation played")
-REPLAY_SIZE = Gauge("kuberl_replay_size", "Transitions held per replay shard ('local': the learner's own buffer)",
-                    ["shard"])
-REPLAY_CAPACITY = Gauge("kuberl_replay_capacity", "Transitions a replay shard holds when full", ["shard"])
-POLICY_LAG_MEAN = Gauge("kuberl_policy_lag_mean",
-                        "Mean policy lag of the last iteration's train batches, in policy versions (IMPALA, APPO)")
-POLICY_LAG_MAX = Gauge("kuberl_policy_lag_max", "Largest policy lag of the last iteration, in policy versions")
-LAST_CHECKPOINT = Gauge("kuberl_last_checkpoint_timestamp_seconds",
-                        "Unix time the last complete checkpoint was written (0: none yet)")
-CHECKPOINT_SECONDS = Histogram(
-    "kuberl_checkpoint_duration_seconds", "Time to write one complete checkpoint",
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+# name (counters without their _total), help, and where the figure is in a result
+COUNTERS = (
+    ("kuberl_env_steps", "Environment steps sampled", ("timesteps",)),
+    ("kuberl_episodes", "Episodes finished", ("episodes",)),
+    ("kuberl_learner_updates", "Gradient updates applied by the learner", ("learner", "updatesTotal")),
 )
-
-_last: dict[str, float] = {}
-
-
-def _advance(counter: Counter, key: str, total: Any) -> None:
-    """Counters from cumulative totals: add what grew since the last result (a resume restarts the count)."""
-    if not isinstance(total, int | float):
-        return
-    previous = _last.get(key)
-    if previous is not None and total >= previous:
-        counter.inc(total - previous)
-    elif previous is None:
-        counter.inc(total)
-    _last[key] = total
+GAUGES = (
+    ("kuberl_training_iteration", "Last completed training iteration", ("iteration",)),
+    ("kuberl_episode_return_mean", "Mean return of the last 100 finished episodes", ("episodeReturnMean",)),
+    ("kuberl_env_steps_per_second", "Sampling throughput of the last iteration", ("envStepsPerSecond",)),
+    ("kuberl_policy_lag_mean",
+     "Mean policy lag of the last iteration's train batches, in policy versions (IMPALA, APPO)",
+     ("learner", "policyLagMean")),
+    ("kuberl_policy_lag_max", "Largest policy lag of the last iteration, in policy versions",
+     ("learner", "policyLagMax")),
+)
+CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-def observe_result(result: dict[str, Any]) -> None:
-    _advance(ENV_STEPS, "timesteps", result.get("timesteps"))
-    _advance(EPISODES, "episodes", result.get("episodes"))
-    learner = result.get("learner")
-    if isinstance(learner, dict):
-        _advance(LEARNER_UPDATES, "updatesTotal", learner.get("updatesTotal"))
-        if isinstance(learner.get("policyLagMean"), int | float):
-            POLICY_LAG_MEAN.set(learner["policyLagMean"])
-            POLICY_LAG_MAX.set(learner.get("policyLagMax") or 0)
-    ITERATION.set(result.get("iteration", 0))
-    if isinstance(result.get("episodeReturnMean"), int | float):
-        EPISODE_RETURN.set(result["episodeReturnMean"])
-    ENV_STEPS_PER_SECOND.set(result.get("envStepsPerSecond", 0.0) or 0.0)
+def _number(result: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    value: Any = result
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _replay_stats(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per shard: size and capacity. Sharded replay reports one entry per shard; a learner's own buffer
+    reports its stats flat (shard "local")."""
     replay = result.get("replay")
-    if isinstance(replay, dict):
-        # Sharded replay reports one entry per shard; a learner's own buffer reports its stats flat.
-        shards = {"local": replay} if isinstance(replay.get("size"), int | float) else replay
-        for shard, stats in shards.items():
-            if isinstance(stats, dict) and isinstance(stats.get("size"), int | float):
-                REPLAY_SIZE.labels(shard=shard).set(stats["size"])
-                if isinstance(stats.get("capacity"), int | float):
-                    REPLAY_CAPACITY.labels(shard=shard).set(stats["capacity"])
+    if not isinstance(replay, dict):
+        return {}
+    shards = {"local": replay} if isinstance(replay.get("size"), int | float) else replay
+    return {shard: {k: float(stats[k]) for k in ("size", "capacity") if isinstance(stats.get(k), int | float)}
+            for shard, stats in shards.items() if isinstance(stats, dict) and isinstance(stats.get("size"), int | float)}
 
 
-def observe_evaluation(evaluation: dict[str, Any]) -> None:
-    EVALUATIONS.inc()
-    EVALUATION_ITERATION.set(evaluation.get("iteration", 0))
-    if isinstance(evaluation.get("returnMean"), int | float):
-        EVALUATION_RETURN.set(evaluation["returnMean"])
+class TrainerMetrics(RunObserver, Collector):
+    """The run's figures as the observer sees them; `collect()` makes the metric families from them.
 
+    A figure a result leaves out keeps its last value (the return mean before the first episode ends,
+    the policy lag of algorithms without one, the replay of an iteration that did not report it)."""
 
-class MetricsObserver(RunObserver):
-    """Puts each result, evaluation and checkpoint's duration into the metrics."""
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._figures: dict[str, float] = {}
+        self._replay: dict[str, dict[str, float]] = {}
+        self._evaluations = 0
+        self._evaluation: dict[str, float] = {}
+        self._last_checkpoint = 0.0
+        self._checkpoint_seconds = Histogram(
+            "kuberl_checkpoint_duration_seconds", "Time to write one complete checkpoint",
+            buckets=CHECKPOINT_BUCKETS, registry=None)
 
     def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
-        observe_result(result)
+        figures = {name: value for name, _, path in (*COUNTERS, *GAUGES)
+                   if (value := _number(result, path)) is not None}
+        replay = _replay_stats(result)
+        with self._lock:
+            self._figures.update(figures)
+            for shard, stats in replay.items():
+                self._replay.setdefault(shard, {}).update(stats)
 
     def on_evaluation(self, evaluation: dict[str, Any]) -> None:
-        observe_evaluation(evaluation)
+        with self._lock:
+            self._evaluations += 1
+            self._evaluation["iteration"] = float(evaluation.get("iteration", 0))
+            if (ret := _number(evaluation, ("returnMean",))) is not None:
+                self._evaluation["returnMean"] = ret
 
     def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
-        CHECKPOINT_SECONDS.observe(seconds)
-        LAST_CHECKPOINT.set_to_current_time()
+        self._checkpoint_seconds.observe(seconds)
+        with self._lock:
+            self._last_checkpoint = time.time()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            figures, replay = dict(self._figures), {k: dict(v) for k, v in self._replay.items()}
+            evaluations, evaluation, last_checkpoint = self._evaluations, dict(self._evaluation), self._last_checkpoint
+        for name, documentation, _ in COUNTERS:
+            yield CounterMetricFamily(name, documentation, value=figures.get(name, 0.0))
+        for name, documentation, _ in GAUGES:
+            yield GaugeMetricFamily(name, documentation, value=figures.get(name, 0.0))
+        yield CounterMetricFamily("kuberl_evaluations", "Evaluations finished", value=evaluations)
+        yield GaugeMetricFamily("kuberl_evaluation_return_mean", "Return mean of the latest evaluation's episodes",
+                                value=evaluation.get("returnMean", 0.0))
+        yield GaugeMetricFamily("kuberl_evaluation_iteration",
+                                "Training iteration whose policy the latest evaluation played",
+                                value=evaluation.get("iteration", 0.0))
+        size = GaugeMetricFamily("kuberl_replay_size",
+                                 "Transitions held per replay shard ('local': the learner's own buffer)", labels=["shard"])
+        capacity = GaugeMetricFamily("kuberl_replay_capacity", "Transitions a replay shard holds when full",
+                                     labels=["shard"])
+        for shard, stats in sorted(replay.items()):
+            size.add_metric([shard], stats["size"])
+            if "capacity" in stats:
+                capacity.add_metric([shard], stats["capacity"])
+        yield size
+        yield capacity
+        yield GaugeMetricFamily("kuberl_last_checkpoint_timestamp_seconds",
+                                "Unix time the last complete checkpoint was written (0: none yet)", value=last_checkpoint)
+        yield from self._checkpoint_seconds.collect()
+
+
+def metrics_registry(metrics: TrainerMetrics) -> CollectorRegistry:
+    """What the status server's /metrics serves: the run's metrics and the process's (CPU, memory, GC)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(metrics)
+    return registry

@@ -1,5 +1,6 @@
-"""What `kuberl train` prints while it trains: a progress line per result (rewritten in place on a
-terminal, at most one a second in a log), and how the run ended."""
+"""What `kuberl train` prints while it trains: on a terminal a progress bar towards the stop criteria
+(run/progress_bar.py), elsewhere (logs, pods) a progress line per result, at most one a second; and how
+the run ended."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kuberl.trainer.run.observer import RunObserver
 
 if TYPE_CHECKING:
+    from kuberl.api.types import StopSpec
+    from kuberl.trainer.run.progress_bar import StopBar
     from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.base import CheckpointInfo
 
@@ -25,29 +28,44 @@ def progress_line(result: dict[str, Any]) -> str:
         f"{result.get('envStepsPerSecond', 0.0):>9,.0f} steps/s | return {ret_text} | "
         f"{result.get('timeSeconds', 0.0):7.1f}s"
         + (f" | eval {evaluated:.1f}" if isinstance(evaluated, int | float) else "")
+        + policy_returns(result)
     )
 
 
+def policy_returns(result: dict[str, Any], most: int = 4) -> str:
+    """A multi-agent run's per-policy return means (its `return` is the team's), the first `most` of them."""
+    policies = result.get("policies")
+    if not isinstance(policies, dict) or not policies:
+        return ""
+    shown = [f"{name} {stats['episodeReturnMean']:.1f}" for name, stats in list(policies.items())[:most]
+             if isinstance(stats.get("episodeReturnMean"), int | float)]
+    return f" | {', '.join(shown)}" if shown else ""
+
+
 class Progress(RunObserver):
-    def __init__(self, out: TextIO, *, quiet: bool, in_cluster: bool) -> None:
+    def __init__(self, out: TextIO, *, quiet: bool, in_cluster: bool, stop: StopSpec) -> None:
         self.out = out
         self.quiet = quiet
         self.in_cluster = in_cluster
-        self.tty = out.isatty() and not quiet
+        self.bar: StopBar | None = None
+        if out.isatty() and not quiet:
+            from kuberl.trainer.run.progress_bar import StopBar
+
+            self.bar = StopBar(out, stop)
         self.seconds = 0.0  # the last result's timeSeconds
         self._last_line = 0.0
 
     def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
         self.seconds = result.get("timeSeconds", 0.0)
-        if self.tty:
-            print("\r" + progress_line(result), end="", file=self.out, flush=True)
+        if self.bar is not None:
+            self.bar.update(result, final=stopping, extra=policy_returns(result))
         elif not self.quiet and (stopping or time.monotonic() - self._last_line >= LOG_LINE_SECONDS):
             print(progress_line(result), file=self.out, flush=True)  # logs get a line a second at most
             self._last_line = time.monotonic()
 
     def on_loop_end(self) -> None:
-        if self.tty:
-            print(file=self.out)
+        if self.bar is not None:
+            self.bar.close()
 
     def on_end(self, summary: Summary, final: CheckpointInfo | None) -> None:
         out, ret, run_uri = self.out, summary.episodeReturnMean, summary.runUri

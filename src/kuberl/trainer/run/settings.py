@@ -24,6 +24,9 @@ from kuberl.api.contract import (
 
 NODE_WAIT_SECONDS = "KUBERL_NODE_WAIT_SECONDS"
 FINAL_CHECKPOINT_SECONDS = "KUBERL_FINAL_CHECKPOINT_SECONDS"
+LOG_CHUNKS = "KUBERL_LOG_CHUNKS"  # 1/0: the trainer's output into the run's storage (default: in a cluster)
+LOG_CHUNK_BYTES = "KUBERL_LOG_CHUNK_BYTES"
+LOG_KEEP_CHUNKS = "KUBERL_LOG_KEEP_CHUNKS"
 
 
 class SettingsError(ValueError):
@@ -40,6 +43,9 @@ class TrainerSettings:
     termination_log: str = TERMINATION_LOG
     node_wait_seconds: float = 300.0
     final_checkpoint_seconds: float = 600.0
+    log_chunks: bool = False  # the trainer's stdout/stderr into logs/ of the run's storage (storage/logs.py)
+    log_chunk_bytes: int = 1 << 20
+    log_keep_chunks: int = 16
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, in_cluster: bool = False) -> TrainerSettings:
@@ -71,4 +77,7 @@ class TrainerSettings:
             termination_log=env.get(ENV_TERMINATION_LOG, base.termination_log),
             node_wait_seconds=number(NODE_WAIT_SECONDS, base.node_wait_seconds, float),
             final_checkpoint_seconds=number(FINAL_CHECKPOINT_SECONDS, base.final_checkpoint_seconds, float),
+            log_chunks=env.get(LOG_CHUNKS, "1" if in_cluster else "0").strip().lower() not in ("0", "false", "no", ""),
+            log_chunk_bytes=max(2, int(number(LOG_CHUNK_BYTES, base.log_chunk_bytes, int))),
+            log_keep_chunks=max(1, int(number(LOG_KEEP_CHUNKS, base.log_keep_chunks, int))),
         )

@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from kuberl.api.contract import METRICS_PATH, STATUS_PATH
 
@@ -31,8 +31,11 @@ class StatusServer:
         self._thread.join(timeout=5)
 
 
-def start_status_server(source: StatusSource, port: int, host: str = "0.0.0.0") -> StatusServer:
-    """Serve in a daemon thread; port 0 picks a free one (see StatusServer.port)."""
+def start_status_server(source: StatusSource, port: int, host: str = "0.0.0.0",
+                        registry: CollectorRegistry | None = None) -> StatusServer:
+    """Serve in a daemon thread; port 0 picks a free one (see StatusServer.port). /metrics serves
+    `registry` (the run's: kuberl.trainer.run.metrics.metrics_registry), or prometheus_client's default."""
+    metrics_source = registry if registry is not None else REGISTRY
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -40,7 +43,7 @@ def start_status_server(source: StatusSource, port: int, host: str = "0.0.0.0") 
             if path == STATUS_PATH:
                 self._send(200, "application/json", json.dumps(source.snapshot()).encode())
             elif path == METRICS_PATH:
-                self._send(200, CONTENT_TYPE_LATEST, generate_latest())
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(metrics_source))
             elif path in ("/healthz", "/readyz"):
                 self._send(200, "text/plain", b"ok")
             else:

@@ -19,6 +19,7 @@ import yaml
 from kuberl.api.contract import RESULT_SUCCEEDED, RESULT_TERMINATED
 from kuberl.api.types import Phase
 from kuberl.api.validation import FieldError, ManifestError
+from kuberl.trainer.run.metrics import TrainerMetrics
 from kuberl.trainer.run.observer import Observers
 from kuberl.trainer.run.summary import Summary, stop_reason
 from kuberl.trainer.run.termination import Termination
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
+    from kuberl.trainer.storage.logs import LogChunks
     from kuberl.trainer.storage.run import RunStorage
     from kuberl.trainer.tracking.run_tracking import RunTracking
 
@@ -66,8 +68,10 @@ class TrainingRun:
     cadence: CheckpointCadence
 
     def __init__(self, experiment: RLExperiment, options: TrainOptions, settings: TrainerSettings,
-                 status: LiveStatus) -> None:
+                 status: LiveStatus, logs: LogChunks | None = None, metrics: TrainerMetrics | None = None) -> None:
         self.experiment = experiment
+        self.metrics = TrainerMetrics() if metrics is None else metrics  # the driver's, when it serves them on /metrics
+        self.logs = logs  # the process's output, written under logs/ once the storage is open
         self.options = options
         self.settings = settings
         self.status = status
@@ -76,6 +80,8 @@ class TrainingRun:
         self.observers = Observers()
         self.termination = Termination()
         self._stack = contextlib.ExitStack()
+        self._defaults_record: dict[str, Any] | None = None
+        self._defaults_line = ""
 
     def __enter__(self) -> TrainingRun:
         return self
@@ -97,6 +103,8 @@ class TrainingRun:
         if self.settings.attempt is None:
             self.status.update(attempt=retry_transient(run.next_attempt, "storage", log=self.log))
         run.attempt = self.status.attempt  # an older head can no longer rewrite this attempt's results
+        if self.logs is not None:
+            self.logs.attach(store, self.status.attempt)
         if self.options.in_cluster:
             from kuberl.trainer.distributed.ray_runtime import join_cluster
 
@@ -115,6 +123,8 @@ class TrainingRun:
         while reason is None and not self.termination.requested.is_set():
             result = self.algo.train()
             result["attempt"] = self.status.attempt
+            if self._defaults_record is not None:  # the first results line says what the defaults chose
+                result["defaults"], self._defaults_record = self._defaults_record, None
             self.observers.on_result(result)
             reason = stop_reason(self.experiment.spec.stop, result)
             lines = [result]
@@ -128,10 +138,16 @@ class TrainingRun:
     def _check(self) -> None:
         from kuberl.trainer.run.checks import callbacks_errors, env_errors
         from kuberl.trainer.run.memory_budget import replay_memory_errors_for
+        from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
-        experiment = self.experiment
-        errors = env_errors(experiment) + callbacks_errors(experiment)
-        errors = errors or replay_memory_errors_for(experiment, in_cluster=self.options.in_cluster)
+        errors = env_errors(self.experiment) + callbacks_errors(self.experiment)
+        if errors:
+            raise ManifestError(errors)
+        # The task kind's defaults, written into the experiment: everything after trains and records them.
+        self.experiment, defaults = resolve_task_defaults(self.experiment)
+        if defaults is not None:  # the line follows "training ... on ...", the record goes into the first results line
+            self._defaults_line, self._defaults_record = defaults.line(), defaults.record()
+        errors = replay_memory_errors_for(self.experiment, in_cluster=self.options.in_cluster)
         if errors:
             raise ManifestError(errors)
 
@@ -183,6 +199,7 @@ class TrainingRun:
 
     def _resume(self, store: ObjectStore, run: RunStorage) -> None:
         """From the newest complete checkpoint, if there is one; then the run's spec and traces."""
+        from kuberl.trainer.run.run_record import write_record
         from kuberl.trainer.storage.checkpoints import restore_latest
 
         spec = self.experiment.spec
@@ -195,18 +212,30 @@ class TrainingRun:
             self.status.update(iteration=latest.iteration, timesteps=latest.timesteps, lastCheckpoint=latest.uri)
             print(f"resuming from {latest.uri} (iteration {latest.iteration}, {latest.timesteps:,} steps)",
                   file=self.out, flush=True)
+        elif spec.checkpoint.restore_from is not None:
+            from kuberl.trainer.run.restore_from import restore_from
+
+            source = retry_transient(lambda: restore_from(self.algo, spec.checkpoint.restore_from,
+                                                          endpoint=spec.storage.endpoint),
+                                     "restoring spec.checkpoint.restoreFrom", log=self.log)
+            self.status.update(iteration=source.iteration, timesteps=source.timesteps)
+            print(f"starting from {source.uri} (iteration {source.iteration}, {source.timesteps:,} steps) with "
+                  "this manifest's hyperparameters", file=self.out, flush=True)
         self.spec_text = yaml.safe_dump(self.experiment.to_manifest(), sort_keys=False)
         run.write_spec(self.spec_text)
+        retry_transient(lambda: write_record(store, self.experiment, attempt=self.status.attempt,
+                                             namespace=self.namespace), "writing the run record", log=self.log)
         if spec.traces.enabled:
             self.algo.episode_sink = self.traces
         print(f"training {spec.algorithm} on {spec.env.id}; run: {store.uri}", file=self.out, flush=True)
+        if self._defaults_line:
+            self.log(self._defaults_line)
 
     def _observe(self, store: ObjectStore, run: RunStorage) -> None:
         """The observers of each result, in the order their hooks are called."""
         from kuberl.trainer.run.callbacks import CallbacksObserver
         from kuberl.trainer.run.checkpoint_cadence import CheckpointCadence
         from kuberl.trainer.run.live_status import LiveStatusObserver
-        from kuberl.trainer.run.metrics import MetricsObserver
         from kuberl.trainer.run.progress import Progress
         from kuberl.trainer.run.sinks import ResultLines
 
@@ -216,11 +245,12 @@ class TrainingRun:
             observers.add(self._evaluations(store))
         observers.add(ResultLines(run, self.sinks))
         observers.add(LiveStatusObserver(self.status, lambda: tracking.problem))
-        observers.add(MetricsObserver())
+        observers.add(self.metrics)
         self.cadence = CheckpointCadence(self.checkpoints, spec.checkpoint.every_iterations, self.state,
                                          observers.on_checkpoint)
         observers.add(self.cadence)
-        observers.add(Progress(self.out, quiet=self.options.quiet, in_cluster=self.options.in_cluster))
+        observers.add(Progress(self.out, quiet=self.options.quiet, in_cluster=self.options.in_cluster,
+                               stop=spec.stop))
         observers.add(CallbacksObserver(self.algo))
 
     def _evaluations(self, store: ObjectStore) -> RunEvaluations:

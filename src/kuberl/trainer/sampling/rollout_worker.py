@@ -110,6 +110,33 @@ def worker_seeds(seed: int | None, worker_index: int) -> tuple[int | None, int]:
     return seed + 1000 * worker_index, int(policy_seed)
 
 
+class EpisodeCounter(Protocol):
+    """A rollout worker, as far as its episode records go."""
+
+    config: WorkerConfig
+    worker_index: int
+    episode_seq: int
+    policy_version: int
+
+
+def episode_record(worker: EpisodeCounter, episode_return: float, length: int, start: float, end: float,
+                   **extra: Any) -> dict[str, Any]:
+    """The trace record of the worker's episode number `episode_seq`; `extra` fields (such as per-agent returns)
+    follow its length."""
+    return {
+        "experiment": worker.config.experiment,
+        "worker": worker.worker_index,
+        "episode": worker.episode_seq,
+        "env": worker.config.env_id,
+        "return": episode_return,
+        "length": length,
+        **extra,
+        "policyVersion": worker.policy_version,
+        "startTime": start,
+        "endTime": end,
+    }
+
+
 class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
@@ -240,17 +267,8 @@ class RolloutWorker:
         records = []
         for i in indices:
             self.episode_seq += 1
-            record: dict[str, Any] = {
-                "experiment": self.config.experiment,
-                "worker": self.worker_index,
-                "episode": self.episode_seq,
-                "env": self.config.env_id,
-                "return": float(self.episode_return[i]),
-                "length": int(self.episode_length[i]),
-                "policyVersion": self.policy_version,
-                "startTime": float(self.episode_start[i]),
-                "endTime": now,
-            }
+            record = episode_record(self, float(self.episode_return[i]), int(self.episode_length[i]),
+                                    float(self.episode_start[i]), now)
             if self.config.record_steps:
                 record["steps"] = self.episode_steps[i]
                 self.episode_steps[i] = []

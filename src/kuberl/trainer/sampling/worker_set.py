@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 class WorkerSet:
     """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel (a `Sampler`)."""
 
+    worker_class: type = RolloutWorker  # what runs in-process or in each actor (multi-agent: its own worker)
+
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
                  *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3, spread: bool = False):
         self.config = config
@@ -33,7 +35,7 @@ class WorkerSet:
         self._filter_state: RunningStats | None = None
         self._policy_settings: dict[str, Any] = {}
         if num_workers == 0:
-            self.local_worker = RolloutWorker(config, policy_factory, worker_index=0)
+            self.local_worker = self.worker_class(config, policy_factory, worker_index=0)
         else:
             from kuberl.trainer.distributed.ray_runtime import init_ray
 
@@ -44,7 +46,7 @@ class WorkerSet:
         import ray
 
         placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
-        actor_class = ray.remote(RolloutWorker).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
+        actor_class = ray.remote(self.worker_class).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
                                                         **placement, **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
 

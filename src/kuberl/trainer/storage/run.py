@@ -35,6 +35,12 @@ def fresh_run_root_uri(root_uri: str, now: float | None = None) -> str:
     return f"{root_uri.rstrip('/')}-{stamp}"
 
 
+def _policy_names(spec: dict[str, Any]) -> list[str]:
+    """The policy names of a manifest's spec: spec.multiAgent.policies, or the one shared policy."""
+    policies = (spec.get("multiAgent") or {}).get("policies") or []
+    return [str(p.get("name")) for p in policies if isinstance(p, dict)] or ["shared"]
+
+
 class RunStorage:
     """The files of one run. results.jsonl appends never block on a remote store (results.py)."""
 
@@ -92,6 +98,13 @@ class RunStorage:
                     f"{path}: the run at {self.uri} was trained with {old_value!r}, not {new_value!r}; "
                     "it cannot resume (use --fresh or another storage.uri)"
                 )
+        old_policies, new_policies = _policy_names(old), _policy_names(new)
+        if not problems and not set(new_policies) <= set(old_policies):
+            problems.append(
+                f"spec.multiAgent.policies: the run at {self.uri} was trained with the policies "
+                f"{', '.join(old_policies)}; {', '.join(sorted(set(new_policies) - set(old_policies)))} is not among "
+                "them, so it cannot resume (use --fresh or another storage.uri)"
+            )
         return problems
 
     def has_checkpoints(self) -> bool:

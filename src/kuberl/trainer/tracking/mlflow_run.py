@@ -22,26 +22,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kuberl.trainer.storage.background import BackgroundWriter
-from kuberl.trainer.storage.base import NotFound, ObjectStore
+from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.faults import env_seconds
 from kuberl.trainer.tracking.scalars import result_scalars
+from kuberl.trainer.tracking.sink import TrackerDisabled, TrackerSink
 
 log = logging.getLogger(__name__)
 
 RUN_ID_KEY = "tracking/mlflow.json"
 HTTP_TIMEOUT_SECONDS = "10"
 MAX_PARAM_LENGTH = 6000
-MAX_QUEUED = 5000
 # What is queued at the end may wait this long for a slow or unreachable server.
 CLOSE_SECONDS_ENV = "KUBERL_MLFLOW_CLOSE_SECONDS"
 DEFAULT_CLOSE_SECONDS = 60.0
 # Errors no retry fixes: the server refuses us, or what we send.
 REFUSED = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
-
-
-class MLflowDisabled(Exception):
-    """The sink cannot log at all (no mlflow package, a refused login)."""
 
 
 def flat_params(node: Any, prefix: str = "") -> dict[str, str]:
@@ -56,33 +51,31 @@ def flat_params(node: Any, prefix: str = "") -> dict[str, str]:
     return params
 
 
-class MLflowSink:
+class MLflowSink(TrackerSink):
     """A result sink for one MLflow run (MlflowClient: no global state of the mlflow module)."""
 
     def __init__(self, uri: str, experiment_name: str, store: ObjectStore, *, params: dict[str, str],
                  tags: dict[str, str], run_name: str) -> None:
+        super().__init__(store, RUN_ID_KEY, "kuberl-mlflow")
+        self.name = f"MLflow at {uri}"
         self.uri = uri
         self.experiment_name = experiment_name
-        self.store = store
         self.params = params
         self.tags = tags
         self.run_name = run_name
         self.run_id: str | None = None
-        self.problem: str | None = None
-        self.disabled = False
         self.calls = 0
         self.call_seconds = 0.0
         self._client: Any = None
-        self._worker = BackgroundWriter("kuberl-mlflow", max_jobs=MAX_QUEUED)
-        self._worker.submit("MLflow run", self._guarded(self._start))
+        self.submit("MLflow run", lambda: None)
 
     # -- the result sink ---------------------------------------------------------------------------
     def write(self, result: dict[str, Any]) -> None:
         step = int(result.get("timesteps", 0))
         scalars = result_scalars(result)
         stamp = int(time.time() * 1000)
-        self._worker.submit(f"MLflow metrics of iteration {result.get('iteration')}",
-                            self._guarded(lambda: self._log_metrics(scalars, step, stamp)))
+        self.submit(f"MLflow metrics of iteration {result.get('iteration')}",
+                    lambda: self._log_metrics(scalars, step, stamp))
 
     def close(self) -> None:
         self._worker.close(timeout=env_seconds(CLOSE_SECONDS_ENV, DEFAULT_CLOSE_SECONDS))
@@ -97,40 +90,16 @@ class MLflowSink:
                     self._call(lambda: self._client.log_artifacts(self.run_id, tmp))
             self._call(lambda: self._client.set_terminated(self.run_id, status))
 
-        self._worker.submit("MLflow artifacts", self._guarded(job))
+        self.submit("MLflow artifacts", job)
 
     # -- on the sink's thread ----------------------------------------------------------------------
-    def _guarded(self, job: Callable[[], None]) -> Callable[[], None]:
-        """The job, or nothing once the sink is off; a failure is noted once, then raised to be retried."""
-        def run() -> None:
-            if self.disabled:
-                return
-            try:
-                if self.run_id is None and job.__name__ != "_start":
-                    self._start()
-                job()
-            except MLflowDisabled as e:
-                self._note(str(e))
-                self.disabled = True
-                return
-            except Exception as e:
-                if _error_code(e) in REFUSED:
-                    self._note(f"MLflow at {self.uri} refused the login ({_error_code(e)}): {e}; MLflow is off "
-                               "for this run")
-                    self.disabled = True
-                    return
-                self._note(f"MLflow at {self.uri} is unavailable ({type(e).__name__}: {str(e)[:300]}); "
-                           "results wait and are retried")
-                raise
-            if self.problem is not None:
-                log.warning("MLflow at %s: logging again", self.uri)
-                self.problem = None
-        return run
+    def started(self) -> bool:
+        return self.run_id is not None
 
-    def _note(self, problem: str) -> None:
-        if self.problem is None:
-            log.warning("%s", problem)
-        self.problem = problem
+    def refusal(self, error: BaseException) -> str | None:
+        if _error_code(error) in REFUSED:
+            return f"MLflow at {self.uri} refused the login ({_error_code(error)}): {error}; MLflow is off for this run"
+        return None
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         started = time.perf_counter()
@@ -140,19 +109,17 @@ class MLflowSink:
             self.calls += 1
             self.call_seconds += time.perf_counter() - started
 
-    def _start(self) -> None:
-        if self.run_id is not None:
-            return
+    def start(self) -> None:
         try:
             # Fail fast: the sink's own thread retries, with backoff, while training goes on.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_SECONDS)
             from mlflow.tracking import MlflowClient
         except ImportError as e:
-            raise MLflowDisabled(f"spec.tracking.mlflow is set but the mlflow client is not installed ({e}); "
+            raise TrackerDisabled(f"spec.tracking.mlflow is set but the mlflow client is not installed ({e}); "
                                  "install kuberl[mlflow]. Training goes on without MLflow") from None
         client = self._client = self._client or MlflowClient(tracking_uri=self.uri)
-        run_id = self._stored_run_id()
+        run_id = self.stored_run_id()
         if run_id is not None and self._call(lambda: _run_exists(client, run_id)):
             self._call(lambda: client.update_run(run_id, status="RUNNING"))
             log.info("MLflow: continuing run %s", run_id)
@@ -168,12 +135,6 @@ class MLflowSink:
         for key, value in self.tags.items():  # the attempt changes with every resume
             self._call(lambda key=key, value=value: client.set_tag(run_id, key, value))
         self.run_id = run_id
-
-    def _stored_run_id(self) -> str | None:
-        try:
-            return json.loads(self.store.get_bytes(RUN_ID_KEY)).get("runId")
-        except (NotFound, ValueError):
-            return None
 
     def _log_params(self, client: Any, run_id: str) -> None:
         from mlflow.entities import Param

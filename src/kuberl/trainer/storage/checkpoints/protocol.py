@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from kuberl import __version__
 from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore, SizedListing
 from kuberl.trainer.storage.errors import NotFound, StorageError
 from kuberl.trainer.storage.stores import open_store
@@ -30,13 +31,43 @@ CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 LATEST = f"{CHECKPOINTS}/latest"
 BEST = f"{CHECKPOINTS}/best"
+# The checkpoint format: raised when the files a checkpoint holds change in a way older readers cannot load.
+# A reader loads formats MIN_FORMAT_VERSION..FORMAT_VERSION and refuses any other (IncompatibleCheckpoint).
 FORMAT_VERSION = 1
+MIN_FORMAT_VERSION = 1
 FILE_CONCURRENCY = 4
 _DIR_RE = re.compile(r"^\d{6,}$")
 
 
 class CheckpointCorrupt(StorageError):
     """A checkpoint's files do not match its manifest."""
+
+
+class IncompatibleCheckpoint(StorageError):
+    """A checkpoint written in a format this kuberl cannot load (a newer one, or one too old)."""
+
+
+def format_of(manifest: dict[str, Any]) -> int:
+    """A manifest's checkpoint format (manifests before the field existed are format 1)."""
+    try:
+        return int(manifest.get("format", 1))
+    except (TypeError, ValueError):
+        return -1
+
+
+def incompatibility(manifest: dict[str, Any], uri: str) -> str | None:
+    """Why this kuberl cannot load the checkpoint, naming both versions; None when it can."""
+    found = format_of(manifest)
+    if MIN_FORMAT_VERSION <= found <= FORMAT_VERSION:
+        return None
+    version = manifest.get("kuberl")
+    writer = f"kuberl {version}" if isinstance(version, str) and version else "an unknown kuberl version"
+    reads = (f"format {FORMAT_VERSION}" if MIN_FORMAT_VERSION == FORMAT_VERSION
+             else f"formats {MIN_FORMAT_VERSION} to {FORMAT_VERSION}")
+    advice = ("use that kuberl version (or newer) to load it" if found > FORMAT_VERSION
+              else "load it with the kuberl version that wrote it")
+    return (f"checkpoint {uri} was written by {writer} in checkpoint format {found}; kuberl {__version__} "
+            f"reads {reads}: {advice}, or train afresh (kuberl train --fresh)")
 
 
 class FencedError(StorageError):
@@ -158,10 +189,14 @@ def latest_checkpoint(store: ObjectStore) -> CheckpointInfo | None:
 
 
 def read_checkpoint(store: ObjectStore, info: CheckpointInfo) -> dict[str, bytes]:
-    """Every file of a checkpoint, verified against its manifest (raises CheckpointCorrupt)."""
+    """Every file of a checkpoint, verified against its manifest (raises CheckpointCorrupt, and
+    IncompatibleCheckpoint for a format this kuberl cannot load)."""
     manifest = _read_manifest(store, info.key)
     if manifest is None:
         raise CheckpointCorrupt(f"checkpoint {info.uri}: no readable manifest")
+    problem = incompatibility(manifest, info.uri)
+    if problem is not None:
+        raise IncompatibleCheckpoint(problem)
     files: dict[str, bytes] = {}
     for name, meta in manifest["files"].items():
         try:
@@ -261,6 +296,7 @@ def write_checkpoint(
     digests = _put_files(store, key, files)
     manifest = {
         "format": FORMAT_VERSION,
+        "kuberl": __version__,
         "iteration": iteration,
         "timesteps": int(timesteps),
         "attempt": int(attempt),

@@ -1,0 +1,175 @@
+"""The defaults matrix: each task trained from a manifest that holds only `algorithm`, `env.id`, `seed` and
+`stop.timesteps` (and `env.preprocessing: atari` for images), against its published reference at the same
+budget; the worst seed is what counts.
+
+    .venv/bin/python -m bench.defaults                                  # every row, seeds 1 and 2
+    .venv/bin/python -m bench.defaults --rows ppo-cartpole --seeds 1 --timesteps 50000   # a smoke row
+    .venv/bin/python -m bench.defaults --list                           # the rows and their references
+
+Each run is `kuberl train -f MANIFEST --storage file://... --quiet` in its own process (its own Ray), one
+after another. The return is the run's last 100-episode return mean (`episodeReturnMean` of the last results
+line); the first results line's `defaults` record says which set and which machine values were chosen. The
+table marks a row `yes` where the worst seed is at or above the reference, `no` below it, and `-` where no
+reference at that budget was published (or --timesteps cut the budget: then the row is a smoke run only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    algorithm: str
+    env: str
+    timesteps: int
+    reference: float | None  # the published return at this budget (None: none published)
+    source: str
+    env_note: str = ""  # where the reference used another env version or settings
+    preprocessing: str = "none"
+
+
+CLEANRL_MUJOCO = "CleanRL ppo_continuous_action.py, published benchmark (docs.cleanrl.dev, PPO), 1M steps"
+ROWS: tuple[Row, ...] = (
+    Row("ppo-cartpole", "ppo", "CartPole-v1", 500_000, 488.75,
+        "CleanRL ppo.py, published benchmark (docs.cleanrl.dev, PPO: 488.75 +- 18.40), 500k steps"),
+    Row("ppo-acrobot", "ppo", "Acrobot-v1", 500_000, -82.48,
+        "CleanRL ppo.py, published benchmark (-82.48 +- 5.93), 500k steps"),
+    Row("ppo-halfcheetah", "ppo", "HalfCheetah-v5", 1_000_000, 1442.0, f"{CLEANRL_MUJOCO}: 1,442 +- 46",
+        "HalfCheetah-v4 in the reference, v5 here"),
+    Row("ppo-hopper", "ppo", "Hopper-v5", 1_000_000, 2383.0, f"{CLEANRL_MUJOCO}: 2,383", "Hopper-v4 in the reference"),
+    Row("ppo-walker2d", "ppo", "Walker2d-v5", 1_000_000, 2288.0, f"{CLEANRL_MUJOCO}: 2,288",
+        "Walker2d-v4 in the reference"),
+    Row("sac-halfcheetah", "sac", "HalfCheetah-v5", 300_000, 6100.0,
+        "RLlib's published halfcheetah-sac runs: about 6.1k at 300k steps",
+        "RLlib's tuned example used HalfCheetah-v3 (mujoco-py); v5 here"),
+    Row("sac-hopper", "sac", "Hopper-v5", 300_000, None,
+        "none found at 300k steps (CleanRL and RL Zoo publish SAC on Hopper at 1M)"),
+    Row("dqn-cartpole", "dqn", "CartPole-v1", 500_000, 488.69,
+        "CleanRL dqn.py, published benchmark (488.69 +- 16.11), 500k steps"),
+    Row("apex-cartpole", "apex-dqn", "CartPole-v1", 500_000, 488.69,
+        "CleanRL dqn.py at 500k (488.69): no Ape-X figure on CartPole is published; the nearest DQN one"),
+    Row("impala-cartpole", "impala", "CartPole-v1", 2_000_000, 450.0,
+        "RLlib tuned_examples/impala/cartpole_impala.py: passes at 450 within 2M steps"),
+    Row("appo-cartpole", "appo", "CartPole-v1", 2_000_000, 450.0,
+        "RLlib tuned_examples/appo/cartpole_appo.py: passes at 450 within 2M steps"),
+    Row("impala-pong", "impala", "ALE/Pong-v5", 5_000_000, 18.0,
+        "RLlib tuned_examples/appo/pong-appo.yaml's note: IMPALA solves Pong at about 2x APPO's 2.5M steps",
+        "RLlib: ALE/Pong-v5 with repeat_action_probability 0 and 32 workers; here v5's default 0.25", "atari"),
+    Row("appo-pong", "appo", "ALE/Pong-v5", 5_000_000, 18.0,
+        "RLlib tuned_examples/appo/pong-appo.yaml: 18 within 5M steps (2.5M in its note)",
+        "RLlib: repeat_action_probability 0 and 32 workers x 8 envs; here v5's default 0.25", "atari"),
+)
+
+
+def manifest(row: Row, seed: int, timesteps: int) -> dict[str, Any]:
+    env: dict[str, Any] = {"id": row.env}
+    if row.preprocessing != "none":
+        env["preprocessing"] = row.preprocessing
+    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+            "metadata": {"name": f"defaults-{row.name}-{seed}"},
+            "spec": {"algorithm": row.algorithm, "env": env, "config": {"seed": seed},
+                     "stop": {"timesteps": timesteps}}}
+
+
+def train(row: Row, seed: int, timesteps: int, work: Path) -> dict[str, Any]:
+    """One `kuberl train` run; its last results line's return, steps and time, and its defaults record."""
+    doc = manifest(row, seed, timesteps)
+    path = work / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "testing")])}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "kuberl.cli", "train", "-f", str(path), "--storage",
+                           f"file://{work / 'runs'}", "--quiet", "--fresh"], capture_output=True, text=True, env=env,
+                          cwd=work)
+    wall = time.perf_counter() - started
+    run = work / "runs" / doc["metadata"]["name"]
+    if proc.returncode != 0 or not (run / "results.jsonl").exists():
+        return {"seed": seed, "ok": False, "wallSeconds": wall, "error": (proc.stderr or proc.stdout)[-2000:]}
+    lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
+    last = lines[-1]
+    return {"seed": seed, "ok": True, "return": last.get("episodeReturnMean"), "timesteps": last.get("timesteps"),
+            "wallSeconds": round(wall, 1), "defaults": lines[0].get("defaults"),
+            "defaultsLine": next((line for line in proc.stdout.splitlines() if line.startswith("using the ")), "")}
+
+
+def verdict(row: Row, worst: float | None, timesteps: int) -> str:
+    if row.reference is None or timesteps != row.timesteps:
+        return "-"
+    if worst is None:
+        return "no"
+    return "yes" if worst >= row.reference else "no"
+
+
+def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str, Any]:
+    runs = [train(row, seed, timesteps, work) for seed in seeds]
+    returns = [r["return"] for r in runs if r["ok"] and r["return"] is not None]
+    worst = min(returns) if len(returns) == len(seeds) else None
+    return {**asdict(row), "budget": timesteps, "seeds": seeds, "runs": runs, "worst": worst,
+            "atOrAbove": verdict(row, worst, timesteps)}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    out = ["| row | env | steps | worst seed | seeds | reference | at or above | wall s (each seed) |",
+           "|---|---|---:|---:|---|---:|---|---|"]
+    for r in results:
+        each = ", ".join(_fmt(run.get("return")) if run["ok"] else "failed" for run in r["runs"])
+        walls = ", ".join(f"{run['wallSeconds']:.0f}" for run in r["runs"])
+        out.append(f"| {r['name']} | {r['env']} | {r['budget']:,} | {_fmt(r['worst'])} | {each} | "
+                   f"{_fmt(r['reference'])} | {r['atOrAbove']} | {walls} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="", help="comma-separated row names (default: all)")
+    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--timesteps", type=int, default=None, help="override every row's budget (a smoke run)")
+    parser.add_argument("--list", action="store_true", help="print the rows and their references")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    wanted = {n for n in args.rows.split(",") if n}
+    unknown = wanted - {row.name for row in ROWS}
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; --list shows them")
+    rows = [row for row in ROWS if not wanted or row.name in wanted]
+    if args.list:
+        for row in rows:
+            print(f"{row.name}: {row.algorithm} {row.env} {row.timesteps:,} steps; reference "
+                  f"{_fmt(row.reference)} ({row.source}){'; ' + row.env_note if row.env_note else ''}")
+        return 0
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kuberl-defaults-") as tmp:
+        for row in rows:
+            result = run_row(row, seeds, args.timesteps or row.timesteps, Path(tmp))
+            results.append(result)
+            print(f"{row.name}: worst {_fmt(result['worst'])} ({result['atOrAbove']}); "
+                  f"{result['runs'][0].get('defaultsLine', '')}", flush=True)
+    print(table(results))
+    print(json.dumps({"benchmark": "defaults", "loadavg": os.getloadavg()[0], "rows": results}))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

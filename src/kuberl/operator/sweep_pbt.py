@@ -1,0 +1,145 @@
+"""Population-based training in the operator, as pure functions over the sweep's status.
+
+The population trains in rounds (`status.pbtRound`): in round R each member runs one RLExperiment,
+`TRIAL-rRR`, up to `min((R + 1) x perturbationInterval, template.stop.timesteps)` env steps (its
+timesteps count on from the checkpoint it restored). Once every living member's round-R run succeeded,
+the round's values go into the members' `intermediate`, and the pure exploit/explore step
+(kuberl.sweep.pbt, the one `kuberl sweep` uses) picks laggards and leaders: a laggard's round-R+1 run
+starts from the leader's `status.lastCheckpoint` (`spec.checkpoint.restoreFrom`; the trainer copies it
+through storage) with the leader's hyperparameters perturbed; every other member's from its own. The
+new round, the params and `restoredFrom` are written to the status before any run of it is created,
+so a restart creates the recorded runs (deterministic names; a 409 means one exists) and never steps
+a round twice: the step is seeded by the sweep's seed and the round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kuberl.api.sweep_types import FINISHED_TRIAL_STATES, RLSweepSpec, TrialRecord, TrialState
+from kuberl.api.types import Phase
+from kuberl.sweep import search
+from kuberl.sweep.pbt import exploit_explore
+from kuberl.sweep.search import SweepState
+
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+def segment_name(record: TrialRecord, round_number: int) -> str:
+    return f"{record.name}-r{round_number:02d}"
+
+
+def budget(spec: RLSweepSpec) -> int:
+    assert spec.template.stop.timesteps is not None  # validation requires it with pbt
+    return spec.template.stop.timesteps
+
+
+def interval(spec: RLSweepSpec) -> int:
+    assert spec.search.pbt is not None
+    return spec.search.pbt.perturbation_interval
+
+
+def round_end(spec: RLSweepSpec, round_number: int) -> int:
+    """The env steps a member has trained at the end of the round."""
+    return min((round_number + 1) * interval(spec), budget(spec))
+
+
+def rounds(spec: RLSweepSpec) -> int:
+    return math.ceil(budget(spec) / interval(spec))
+
+
+def _done_round(record: TrialRecord, end: int) -> bool:
+    return bool(record.intermediate) and record.intermediate[-1][0] == end
+
+
+def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any]) -> list[Event]:
+    """Each living member's run of the current round: its value once it succeeded, failed members
+    finished; then, when the whole population is through the round, the round's step."""
+    events: list[Event] = []
+    current, end = state.pbt_round, round_end(spec, state.pbt_round)
+    metric = spec.objective.metric
+    last = current + 1 >= rounds(spec)
+    for record in search.active(state):
+        seen = runs.get(segment_name(record, current))
+        if seen is None or _done_round(record, end):
+            continue
+        if seen.phase == Phase.FAILED:
+            search.finish(record, TrialState.FAILED, None,
+                          f"{segment_name(record, current)}: {seen.message or 'the run failed'}")
+            events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+        elif seen.phase == Phase.SUCCEEDED:
+            if seen.value is None or (not last and seen.checkpoint is None):
+                missing = f"reporting {metric}" if seen.value is None else "a checkpoint to continue from"
+                search.finish(record, TrialState.FAILED, None,
+                              f"{segment_name(record, current)} succeeded without {missing}")
+                events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+            else:
+                record.state = TrialState.RUNNING
+                record.value = seen.value
+                record.intermediate.append([float(end), seen.value])
+        else:
+            record.state = TrialState.RUNNING
+    alive = search.active(state)
+    if not alive or not all(_done_round(t, end) for t in alive):
+        return events
+    if last:
+        for record in alive:
+            search.finish(record, TrialState.SUCCEEDED, record.value)
+        return events
+    checkpoints: dict[int, str] = {}
+    for record in alive:
+        seen = runs.get(segment_name(record, current))
+        if seen is None or seen.checkpoint is None:  # its run was deleted after it succeeded
+            search.finish(record, TrialState.FAILED, None, f"{segment_name(record, current)} is gone: nothing to "
+                          "continue from")
+            events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+        else:
+            checkpoints[record.number] = seen.checkpoint
+    if not checkpoints:
+        return events
+    return events + [step_round(spec, state, checkpoints)]
+
+
+def step_round(spec: RLSweepSpec, state: SweepState, checkpoints: dict[int, str]) -> Event:
+    """Exploit and explore after the current round: laggards take a leader's checkpoint and perturbed
+    hyperparameters, the others their own checkpoint; the state moves to the next round."""
+    alive = search.active(state)
+    scores = {t.number: t.value for t in alive}
+    steps = {s.trial: s for s in exploit_explore(spec, {t.number: t.params for t in alive}, scores,
+                                                 state.pbt_round)}
+    copies = []
+    for record in alive:
+        step = steps.get(record.number)
+        record.restored_from = checkpoints[step.donor if step else record.number]
+        if step is not None:
+            donor = state.trial(step.donor)
+            record.params = step.params
+            record.message = (f"round {state.pbt_round + 1}: from {donor.name} ({scores[step.donor]:g} against "
+                              f"{scores[record.number]:g}), perturbed")
+            copies.append(f"{record.name} <- {donor.name}")
+        record.value = None
+        record.state = TrialState.PENDING
+    state.pbt_round += 1
+    return ("Normal", "PBTRound", f"round {state.pbt_round} from {round_end(spec, state.pbt_round - 1):,} steps: "
+            + (", ".join(copies) or "no member lagged"))
+
+
+def to_create(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any]) -> list[TrialRecord]:
+    """The members whose run of the current round does not exist yet, within parallelism (a run counts
+    until it succeeded or failed)."""
+    if spec.suspend:
+        return []
+    current = state.pbt_round
+    running = sum(1 for t in state.trials if (seen := runs.get(segment_name(t, current))) is not None
+                  and seen.phase not in (Phase.SUCCEEDED, Phase.FAILED) and t.state not in FINISHED_TRIAL_STATES)
+    free = spec.parallelism - running
+    result = []
+    for record in search.active(state):
+        if free <= 0:
+            break
+        if segment_name(record, current) not in runs:
+            result.append(record)
+            free -= 1
+    return result

@@ -1,0 +1,268 @@
+"""`kuberl submit | list | status | logs | delete | dashboard` and kuberl.client against the API emulator
+(a real HTTP API server on loopback; no operator here: tests that need one are in e2e/test_cluster_cli.py)
+and moto's S3 for the output a run leaves in its storage."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from kuberl.api.types import GROUP, PLURAL, VERSION
+from kuberl.cli import main
+from kuberl.client import AlreadyExists, Client, NotFound, WaitTimeout
+from kuberl.trainer.storage import open_store
+from kuberl.trainer.storage.logs import LogChunks
+from kuberl_testing.podrunner import api_client_from_kubeconfig
+from kuberl_testing.s3server import S3Server
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "cartpole-ppo.yaml"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def kuberl(kubeconfig: Path, *args: str, env: dict[str, str] | None = None, stdin: str = "") -> Ran:
+    """`kuberl ARGS` with KUBECONFIG (and `env`) set, in this process: kuberl.cli.main as the console script
+    runs it, its output captured (a process per call would cost seconds of imports each)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update({"KUBECONFIG": str(kubeconfig), **(env or {})})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                _stdin(io.StringIO(stdin)):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse
+                code = int(exc.code or 0)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.StringIO) -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+@pytest.fixture
+def api(emulator: Path) -> k8s.ApiClient:
+    return api_client_from_kubeconfig(str(emulator))
+
+
+def _post_event(api: k8s.ApiClient, namespace: str, name: str, reason: str, message: str, stamp: str) -> None:
+    """An Event about the experiment, as the operator posts one."""
+    k8s.CoreV1Api(api).create_namespaced_event(namespace, {
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RLExperiment", "name": name,
+                           "namespace": namespace},
+        "type": "Normal", "reason": reason, "message": message, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp})
+
+
+def _set_status(api: k8s.ApiClient, namespace: str, name: str, status: dict) -> None:
+    k8s.CustomObjectsApi(api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                                    {"status": status})
+
+
+def test_the_cli_submits_lists_shows_and_deletes(emulator: Path, api: k8s.ApiClient) -> None:
+    submitted = kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.strip() == "rlexperiment.kuberl.io/cartpole-ppo created in namespace default"
+
+    again = kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs")
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert again.stderr.strip() == "error: rlexperiment 'cartpole-ppo' already exists in namespace 'default'"
+
+    _set_status(api, "default", "cartpole-ppo", {"phase": "Running", "attempt": 1, "iteration": 7,
+                                                 "timesteps": 3584, "episodeReturnMean": 41.5,
+                                                 "lastCheckpoint": "s3://bucket/runs/default/cartpole-ppo/checkpoints/000005"})
+    _post_event(api, "default", "cartpole-ppo", "Started", "head pod cartpole-ppo-head created", "2026-11-26T10:00:00Z")
+    _post_event(api, "default", "cartpole-ppo", "Running", "the trainer reports iteration 1", "2026-11-26T10:01:00Z")
+    _post_event(api, "default", "someone-else", "Running", "not this experiment's", "2026-11-26T10:01:00Z")
+
+    listed = kuberl(emulator, "list")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split()[:4] == ["NAME", "PHASE", "ALGORITHM", "ENV"]
+    assert row.split()[:8] == ["cartpole-ppo", "Running", "ppo", "CartPole-v1", "7", "3584", "41.5"] + row.split()[7:8]
+
+    status = kuberl(emulator, "status", "cartpole-ppo")
+    assert status.returncode == 0, status.stderr
+    assert "Phase:       Running (attempt 1)" in status.stdout
+    assert "iteration 7, 3,584 timesteps, return 41.5" in status.stdout
+    assert "checkpoints/000005" in status.stdout
+    assert "head pod cartpole-ppo-head created" in status.stdout and "not this experiment's" not in status.stdout
+    as_json = yaml.safe_load(kuberl(emulator, "status", "cartpole-ppo", "-o", "json").stdout)
+    assert as_json["status"]["iteration"] == 7 and [e["reason"] for e in as_json["events"]] == ["Started", "Running"]
+
+    deleted = kuberl(emulator, "delete", "cartpole-ppo", "--wait")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted from namespace default" in deleted.stdout
+    assert "its storage stays: s3://bucket/runs/default/cartpole-ppo" in deleted.stdout
+
+    gone = kuberl(emulator, "status", "cartpole-ppo", "-n", "default")
+    assert gone.returncode == 2
+    assert gone.stderr.strip() == "error: rlexperiment 'cartpole-ppo' not found in namespace 'default'"
+    assert kuberl(emulator, "delete", "cartpole-ppo").returncode == 2
+    assert "No rlexperiments found in namespace default" in kuberl(emulator, "list").stderr
+
+
+def test_namespaces_follow_the_flag_and_list_all_namespaces(emulator: Path, api: k8s.ApiClient) -> None:
+    k8s.CoreV1Api(api).create_namespace({"metadata": {"name": "team-a"}})
+    assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs", "-n", "team-a").returncode == 0
+    assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs",
+                  "--set", "metadata.name=other").returncode == 0
+    assert [line.split()[0] for line in kuberl(emulator, "list").stdout.splitlines()[1:]] == ["other"]
+    assert [line.split()[0] for line in kuberl(emulator, "list", "-n", "team-a").stdout.splitlines()[1:]] == \
+        ["cartpole-ppo"]
+    everywhere = kuberl(emulator, "list", "-A").stdout.splitlines()
+    assert [line.split()[:2] for line in everywhere[1:]] == [["default", "other"], ["team-a", "cartpole-ppo"]]
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"]["namespace"] = "team-a"
+    mismatch = kuberl(emulator, "submit", "-f", "-", "-n", "team-b", "--set", "storage.uri=s3://bucket/runs",
+                      stdin=yaml.safe_dump(manifest))
+    assert mismatch.returncode == 2
+    assert mismatch.stderr.strip() == "error: metadata.namespace: is 'team-a', but the command asks for namespace 'team-b'"
+
+
+def test_the_python_client_submits_a_config_and_waits(emulator: Path, api: k8s.ApiClient) -> None:
+    from kuberl.trainer.algorithms.ppo import PPOConfig
+
+    client = Client(str(emulator))
+    assert client.namespace == "default"
+    config = (PPOConfig().environment("CartPole-v1").rollouts(workers=1).stopping(timesteps=5000)
+              .named("from-python"))
+    created = client.submit(config, overrides=["storage.uri=s3://bucket/runs"])
+    assert created["metadata"]["uid"] and created["spec"]["algorithm"] == "ppo"
+    with pytest.raises(AlreadyExists, match="'from-python' already exists in namespace 'default'"):
+        client.submit(config, overrides=["storage.uri=s3://bucket/runs"])
+    with pytest.raises(WaitTimeout, match="is still Pending after 0.5 s"):
+        client.wait("from-python", timeout=0.5, interval=0.1)
+    _set_status(api, "default", "from-python", {"phase": "Succeeded", "iteration": 3})
+    seen: list[str] = []
+    done = client.wait("from-python", timeout=30, on_change=lambda s: seen.append(s["phase"]))
+    assert done["status"]["phase"] == "Succeeded" and seen == ["Succeeded"]
+    assert client.status("from-python")["status"]["iteration"] == 3
+    assert [o["metadata"]["name"] for o in client.list()] == ["from-python"]
+    assert client.run_uri("from-python") == "s3://bucket/runs/default/from-python"
+    client.delete("from-python", wait=30)
+    with pytest.raises(NotFound, match="in namespace 'default'"):
+        client.get("from-python")
+
+
+def test_logs_fall_back_to_storage_and_outlive_the_experiment(emulator: Path, s3: S3Server, s3_bucket: str) -> None:
+    """With no head pod (gone, or never made by an operator) `kuberl logs` reads the output the trainer
+    left in the run's storage; with the experiment deleted too, from its storage URI or the run's."""
+    storage = f"s3://{s3_bucket}/runs"
+    assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", f"storage.uri={storage}",
+                  "--set", f"storage.endpoint={s3.endpoint}").returncode == 0
+    run = open_store(f"{storage}/default/cartpole-ppo", endpoint=s3.endpoint)
+    for attempt, lines in ((1, 3), (2, 50)):  # what two trainers (attempts) wrote, in chunks of 256 bytes
+        chunks = LogChunks(chunk_bytes=256, keep=100, flush_seconds=60)
+        chunks.attach(run, attempt)
+        for i in range(lines):
+            chunks.write(f"attempt {attempt} iteration {i}\n".encode())
+        assert chunks.close(30)
+
+    env = s3.env()
+    newest = kuberl(emulator, "logs", "cartpole-ppo", env=env)
+    assert newest.returncode == 0, newest.stderr
+    assert newest.stdout.splitlines() == [f"attempt 2 iteration {i}" for i in range(50)]
+    assert "no head pod" in newest.stderr and "attempt 2" in newest.stderr and storage in newest.stderr
+    first = kuberl(emulator, "logs", "cartpole-ppo", "--attempt", "1", "--tail", "2", env=env)
+    assert first.stdout.splitlines() == ["attempt 1 iteration 1", "attempt 1 iteration 2"]
+
+    assert kuberl(emulator, "delete", "cartpole-ppo", "--wait").returncode == 0
+    missing = kuberl(emulator, "logs", "cartpole-ppo", env=env)
+    assert missing.returncode == 2 and "--storage" in missing.stderr
+    kept = kuberl(emulator, "logs", "cartpole-ppo", "--storage", storage, "--endpoint", s3.endpoint, "--tail", "1",
+                  env=env)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout == "attempt 2 iteration 49\n"
+    direct = kuberl(emulator, "logs", f"{storage}/default/cartpole-ppo", "--endpoint", s3.endpoint, "--attempt", "1",
+                    env=env)
+    assert direct.stdout.splitlines() == [f"attempt 1 iteration {i}" for i in range(3)]
+
+
+def test_the_dashboard_forwards_to_the_running_head_pod(emulator: Path, api: k8s.ApiClient) -> None:
+    assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs").returncode == 0
+    no_pod = kuberl(emulator, "dashboard", "cartpole-ppo", "--print")
+    assert no_pod.returncode == 1 and "has no running head pod (none)" in no_pod.stderr
+    core = k8s.CoreV1Api(api)
+    core.create_namespaced_pod("default", {"metadata": {"name": "cartpole-ppo-head"},
+                                           "spec": {"containers": [{"name": "head", "image": "x"}]}})
+    core.patch_namespaced_pod_status("cartpole-ppo-head", "default", {"status": {"phase": "Running"}})
+    shown = kuberl(emulator, "dashboard", "cartpole-ppo", "--print", "--port", "18265")
+    assert shown.returncode == 0, shown.stderr
+    command = shown.stdout.splitlines()[0].split()
+    assert command[command.index("port-forward") + 1:] == ["pod/cartpole-ppo-head", "18265:8265", "--address",
+                                                            "127.0.0.1"]
+    assert command[command.index("-n") + 1] == "default"
+    assert "http://127.0.0.1:18265" in shown.stdout and "cartpole-ppo-ray-token" in shown.stdout
+    assert kuberl(emulator, "dashboard", "nothing", "--print").returncode == 2
+
+
+def test_a_local_run_with_log_chunks_on_is_read_back_by_kuberl_logs(tmp_path: Path) -> None:
+    """KUBERL_LOG_CHUNKS=1 tees a local `kuberl train` into its run directory, as in a pod; `kuberl logs`
+    reads the run directory with no cluster at all."""
+    manifest = tmp_path / "tiny.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": "tiny"},
+        "spec": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "config": {"numEpochs": 1, "minibatchSize": 64},
+                 "rollouts": {"workers": 0, "envsPerWorker": 2, "fragmentLength": 64}, "stop": {"timesteps": 384}}}))
+    trained = subprocess.run([sys.executable, "-m", "kuberl.cli", "train", "-f", str(manifest), "--storage",
+                              str(tmp_path / "runs")], capture_output=True, text=True, timeout=240,
+                             env={**os.environ, "KUBERL_LOG_CHUNKS": "1", "OMP_NUM_THREADS": "1"})
+    assert trained.returncode == 0, trained.stderr
+    assert "training ppo on CartPole-v1" in trained.stdout  # the console keeps its output
+    logs = kuberl(tmp_path / "no-kubeconfig", "logs", str(tmp_path / "runs" / "tiny"))
+    assert logs.returncode == 0, logs.stderr
+    assert "attempt 0" in logs.stderr
+    # Every line the console got, stdout's and stderr's (merged as they came, so compared without order).
+    assert sorted(logs.stdout.splitlines()) == sorted(trained.stdout.splitlines() + trained.stderr.splitlines())
+
+
+def test_submit_creates_an_rlsweep_validated_as_a_sweep(emulator: Path, api: k8s.ApiClient) -> None:
+    sweep_file = str(ROOT / "examples" / "sweeps" / "cartpole-lr.yaml")
+    no_storage = kuberl(emulator, "submit", "-f", sweep_file)
+    assert no_storage.returncode == 2 and "Traceback" not in no_storage.stderr
+    assert "spec.template.storage.uri: required in a cluster" in no_storage.stderr
+    bad_metric = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs",
+                      "--set", "objective.metric=learner.entropy")
+    assert bad_metric.returncode == 2 and "spec.objective.metric: the operator reads trials' status" in bad_metric.stderr
+
+    submitted = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs",
+                       "--set", "maxTrials=4")
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.strip() == "rlsweep.kuberl.io/cartpole-lr created in namespace default"
+    created = k8s.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, "default", "rlsweeps",
+                                                                      "cartpole-lr")
+    assert created["spec"]["maxTrials"] == 4 and created["spec"]["template"]["storage"]["uri"] == "s3://bucket/runs"
+    assert k8s.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)["items"] == []
+    again = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs")
+    assert again.returncode == 2
+    assert again.stderr.strip() == "error: rlsweep 'cartpole-lr' already exists in namespace 'default'"
+    waiting = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs", "--wait")
+    assert waiting.returncode == 2 and "--wait" in waiting.stderr

@@ -1,0 +1,272 @@
+"""Defaults by the kind of task (kuberl.api.defaults, kuberl.trainer.run.task_defaults): the right set for each
+algorithm and kind, the manifest's values winning field by field, the printed line, and the machine's choices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from pydantic.alias_generators import to_snake
+
+from kuberl.api.algorithms import REGISTRY
+from kuberl.api.defaults import (
+    DEFAULTS,
+    SOURCES,
+    TASK_KINDS,
+    applicable_kinds,
+    defaults_line,
+    resolved_defaults,
+    user_set_paths,
+    with_values,
+)
+from kuberl.api.types import ReplaySpec, RolloutsSpec
+from kuberl.api.validation import hyperparams_for, validate_document
+from kuberl.cli import main
+from kuberl.trainer.run.task_defaults import (
+    adaptive_replay_ratio,
+    detect_task_kind,
+    image_envs_for_cores,
+    machine_values,
+    resolve_task_defaults,
+)
+
+ENVS = {"discrete-vector": ("CartPole-v1", "none"), "continuous-vector": ("Pendulum-v1", "none"),
+        "image": ("ALE/Pong-v5", "atari")}
+
+
+def doc(algorithm: str, env: str = "CartPole-v1", preprocessing: str = "none", **spec: Any) -> dict[str, Any]:
+    workers = 1 if REGISTRY[algorithm].replay == "shards" else 0
+    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": "x"},
+            "spec": {"algorithm": algorithm, "env": {"id": env, "preprocessing": preprocessing},
+                     "rollouts": {"workers": workers}, "stop": {"timesteps": 1000}, **spec}}
+
+
+def experiment(algorithm: str, env: str = "CartPole-v1", preprocessing: str = "none", **spec: Any):
+    return validate_document(doc(algorithm, env, preprocessing, **spec))
+
+
+PAIRS = [(a, k) for a in REGISTRY for k in applicable_kinds(a)]
+
+
+def test_every_algorithm_of_the_registry_has_a_set_for_every_kind_it_can_act_in():
+    assert set(DEFAULTS) == set(REGISTRY)
+    for algorithm in REGISTRY:
+        assert set(DEFAULTS[algorithm]) == set(applicable_kinds(algorithm)), algorithm
+    assert applicable_kinds("dqn") == ("discrete-vector", "image")  # no Box actions in the registry
+    assert applicable_kinds("sac") == ("continuous-vector", "image")
+    assert applicable_kinds("ppo") == TASK_KINDS
+
+
+@pytest.mark.parametrize(("algorithm", "kind"), PAIRS, ids=[f"{a}-{k}" for a, k in PAIRS])
+def test_each_set_validates_and_names_its_sources(algorithm, kind):
+    chosen = DEFAULTS[algorithm][kind]
+    assert all(d.source in SOURCES for d in chosen.values.values())
+    assert {path.split(".")[0] for path in chosen.values} <= {"config", "rollouts", "replay"}
+    env, preprocessing = ENVS[kind]
+    name, values = resolved_defaults(experiment(algorithm, env, preprocessing), kind)
+    assert name.endswith(f"defaults for {algorithm}")
+    assert values == chosen.plain()  # a manifest that sets none of them gets the whole set
+    resolved = with_values(experiment(algorithm, env, preprocessing), values)
+    params = hyperparams_for(resolved)
+    for path, value in values.items():
+        section, field = path.split(".")
+        holder = params if section == "config" else getattr(resolved.spec, section)
+        assert getattr(holder, to_snake(field)) == value, path
+
+
+@pytest.mark.parametrize("algorithm", [a for a in REGISTRY if "discrete-vector" in applicable_kinds(a)])
+def test_the_discrete_vector_sets_are_the_models_own_defaults_that_learn_cartpole(algorithm):
+    # The Python builder applies no set: it must train CartPole as a manifest without config does.
+    params = REGISTRY[algorithm].hyperparams()
+    for path, value in DEFAULTS[algorithm]["discrete-vector"].plain().items():
+        section, field = path.split(".")
+        holder = {"config": params, "rollouts": RolloutsSpec(), "replay": ReplaySpec()}[section]
+        assert getattr(holder, to_snake(field)) == value, path
+
+
+def test_the_sets_differ_where_the_published_settings_do():
+    ppo = {kind: DEFAULTS["ppo"][kind].plain() for kind in TASK_KINDS}
+    assert ppo["continuous-vector"]["config.observationFilter"] == "mean_std"
+    assert ppo["continuous-vector"]["rollouts.fragmentLength"] * ppo["continuous-vector"]["rollouts.envsPerWorker"] \
+        == 2048  # CleanRL's 2,048 steps per update
+    assert ppo["continuous-vector"]["config.lr"] == 3e-4 and ppo["continuous-vector"]["config.annealLr"] is True
+    assert ppo["image"]["config.clipParam"] == 0.1 and ppo["image"]["config.lr"] == 2.5e-4
+    assert ppo["discrete-vector"]["config.lr"] == 2e-3
+    assert DEFAULTS["sac"]["continuous-vector"].plain()["replay.capacity"] == 1_000_000
+    assert DEFAULTS["dqn"]["image"].plain()["config.learningStarts"] == 100_000
+    assert DEFAULTS["apex-dqn"]["image"].plain()["config.nStep"] == 3
+
+
+def test_the_manifests_values_win_field_by_field():
+    exp = experiment("ppo", "Pendulum-v1", config={"lr": 0.001, "entropy_coeff": 0.02},
+                     rollouts={"workers": 0, "fragmentLength": 100})
+    assert user_set_paths(exp) == {"config.lr", "config.entropyCoeff", "rollouts.workers", "rollouts.fragmentLength"}
+    name, values = resolved_defaults(exp, "continuous-vector")
+    assert name == "continuous-control defaults for ppo"
+    assert "config.lr" not in values and "config.entropyCoeff" not in values
+    assert "rollouts.fragmentLength" not in values
+    assert values["rollouts.envsPerWorker"] == 8 and values["config.numEpochs"] == 10
+    resolved = with_values(exp, values)
+    params = hyperparams_for(resolved)
+    assert params.lr == 0.001 and params.entropy_coeff == 0.02 and params.num_epochs == 10
+    assert resolved.spec.rollouts.fragment_length == 100 and resolved.spec.rollouts.envs_per_worker == 8
+
+
+def test_a_default_minibatch_never_exceeds_the_manifests_smaller_train_batch():
+    exp = experiment("ppo", "Pendulum-v1", rollouts={"workers": 0, "envsPerWorker": 2, "fragmentLength": 16})
+    _, values = resolved_defaults(exp, "continuous-vector")
+    assert values["config.minibatchSize"] == 32
+    with_values(exp, values)  # minibatchSize <= envs x fragment holds: no error on a field the user never set
+
+
+def test_the_line_lists_only_what_the_defaults_set():
+    assert defaults_line("continuous-control defaults for ppo", {"config.lr": 3e-4, "config.annealLr": True,
+                                                                 "rollouts.fragmentLength": 256}) == (
+        "using the continuous-control defaults for ppo: lr=0.0003, annealLr=true, rollouts.fragmentLength=256")
+    assert "nothing to add" in defaults_line("image defaults for dqn", {})
+
+
+@pytest.mark.parametrize(("env", "preprocessing", "kind"), [
+    ("CartPole-v1", "none", "discrete-vector"), ("Acrobot-v1", "none", "discrete-vector"),
+    ("Pendulum-v1", "none", "continuous-vector"), ("ALE/Pong-v5", "atari", "image"),
+])
+def test_the_kind_comes_from_the_envs_spaces(env, preprocessing, kind):
+    assert detect_task_kind(experiment("ppo", env, preprocessing)) == kind
+
+
+def write(tmp_path, document: dict[str, Any]) -> str:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def test_validate_prints_the_line_with_what_the_manifest_left_unset(tmp_path, capsys):
+    path = write(tmp_path, doc("ppo", "Pendulum-v1", config={"numEpochs": 5}))
+    assert main(["validate", "-f", path]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("using the continuous-control defaults for ppo: lr=0.0003, annealLr=true,")
+    assert "numEpochs" not in out[1] and "observationFilter=mean_std" in out[1]
+    assert "rollouts.fragmentLength=256" in out[1]
+
+
+def test_validate_without_the_env_says_who_decides(tmp_path, capsys):
+    assert main(["validate", "-f", write(tmp_path, doc("ppo", "Pendulum-v1")), "--skip-env-checks"]) == 0
+    assert "chosen by the trainer when it starts" in capsys.readouterr().out
+    # env.preprocessing: atari makes images without building anything
+    assert main(["validate", "-f", write(tmp_path, doc("dqn", "ALE/Pong-v5", "atari")), "--skip-env-checks"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("using the image defaults for dqn: lr=0.0001, trainBatchSize=32, learningStarts=100000")
+
+
+def test_images_in_process_get_an_env_a_core_and_ppo_keeps_its_batch():
+    assert image_envs_for_cores(8, 128, 16, keep_batch=True) == (16, 64)
+    assert image_envs_for_cores(8, 128, 16, keep_batch=False) == (16, 128)
+    assert image_envs_for_cores(8, 128, 2, keep_batch=True) == (8, 128)  # never fewer than published
+    assert image_envs_for_cores(8, 128, 500, keep_batch=True) == (64, 16)
+
+
+def test_machine_values_leave_the_manifests_envs_and_vector_tasks_alone():
+    pong = with_values(experiment("ppo", "ALE/Pong-v5", "atari"), {"rollouts.envsPerWorker": 8,
+                                                                   "rollouts.fragmentLength": 128})
+    values, record = machine_values(pong, "image", set(), cores=16, measure=False)
+    assert values == {"rollouts.envsPerWorker": 16, "rollouts.fragmentLength": 64} and record["cores"] == 16
+    values, _ = machine_values(pong, "image", {"rollouts.envsPerWorker"}, cores=16, measure=False)
+    assert values == {}
+    values, _ = machine_values(experiment("ppo", "Pendulum-v1"), "continuous-vector", set(), cores=16, measure=False)
+    assert values == {}
+
+
+def test_apex_replay_ratio_follows_the_learner_between_its_bounds():
+    # images: 1 sample per env step when the learner keeps up, down to 0.25
+    assert adaptive_replay_ratio("image", 512, learner_samples_per_s=50_000, sampler_steps_per_s=4_000) == 1 / 512
+    assert adaptive_replay_ratio("image", 512, learner_samples_per_s=2_000, sampler_steps_per_s=4_000) == 0.5 / 512
+    assert adaptive_replay_ratio("image", 512, learner_samples_per_s=200, sampler_steps_per_s=4_000) == 0.25 / 512
+    # vectors: CartPole learns at 8 samples per step; less was never measured, so it stays
+    assert adaptive_replay_ratio("discrete-vector", 256, 1_000, 50_000) == 8 / 256
+
+
+def test_apex_measures_the_learner_at_start_and_records_it():
+    resolved, defaults = resolve_task_defaults(experiment("apex-dqn", rollouts={"workers": 2}), cores=2)
+    assert defaults is not None and defaults.kind == "discrete-vector"
+    assert hyperparams_for(resolved).replay_ratio == 8 / 256
+    record = defaults.record()
+    assert record["machine"]["learnerSamplesPerSecond"] > 0 and record["machine"]["samplerStepsPerSecond"] > 0
+    assert record["machine"]["chosen"] == ["config.replayRatio"]
+    _, unmeasured = resolve_task_defaults(experiment("apex-dqn"), measure=False, cores=2)  # kuberl validate
+    assert unmeasured.line().endswith("; replayRatio: measured when training starts")
+    on_gpu, gpu_defaults = resolve_task_defaults(experiment("apex-dqn", learner={"gpus": 1}), cores=2)
+    assert hyperparams_for(on_gpu).replay_ratio == 8 / 256 and "learnerSamplesPerSecond" not in gpu_defaults.machine
+    assert gpu_defaults.line().endswith("; replayRatio: the published one, for a learner on a GPU")
+    user, defaults = resolve_task_defaults(experiment("apex-dqn", config={"replayRatio": 0.5}), cores=2)
+    assert hyperparams_for(user).replay_ratio == 0.5 and "learnerSamplesPerSecond" not in defaults.machine
+
+
+def test_a_manifest_file_loaded_in_python_gets_the_defaults_the_builder_does_not(tmp_path):
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+    from kuberl.trainer.algorithms.ppo import PPOConfig
+
+    loaded = AlgorithmConfig.from_manifest(write(tmp_path, doc("ppo", "Pendulum-v1")))
+    assert loaded.params.num_epochs == 10 and loaded.experiment.spec.rollouts.fragment_length == 256
+    built = PPOConfig().environment("Pendulum-v1")
+    assert built.params.num_epochs == 8 and built.experiment.spec.rollouts.fragment_length == 64
+
+
+def test_the_head_pod_tells_the_manifests_fields_from_the_operators_dump(tmp_path):
+    from kuberl.operator.builders.configmap import experiment_yaml
+
+    applied = experiment("sac", "Pendulum-v1", rollouts={"workers": 0, "fragmentLength": 32})
+    in_pod = yaml.safe_load(experiment_yaml(applied))  # every default written out, envsPerWorker: 8 among them
+    assert in_pod["spec"]["rollouts"]["envsPerWorker"] == 8
+    resolved, _ = resolve_task_defaults(validate_document(in_pod))
+    assert resolved.spec.rollouts.envs_per_worker == 1  # the continuous-control set's, not the dump's
+    assert resolved.spec.rollouts.fragment_length == 32  # the manifest's
+    del in_pod["metadata"]["annotations"]  # an older operator's file: every dumped field counts as set
+    older, _ = resolve_task_defaults(validate_document(in_pod))
+    assert older.spec.rollouts.envs_per_worker == 8 and hyperparams_for(older).learning_starts == 5_000
+
+
+# Multi-agent (PettingZoo) envs: the kind comes from each policy's agents' spaces.
+RELAY = "kuberl_testing.multi_agent_envs:relay_env"
+
+
+def test_a_multi_agent_envs_kind_comes_from_its_policies_spaces():
+    discrete = validate_document(doc("ppo", "mpe2:simple_spread_v3"))
+    assert detect_task_kind(discrete) == "discrete-vector"
+    continuous = doc("ppo", "mpe2:simple_spread_v3")
+    continuous["spec"]["env"]["config"] = {"continuous_actions": True}
+    assert detect_task_kind(validate_document(continuous)) == "continuous-vector"
+    assert detect_task_kind(experiment("ppo", "kuberl_testing.multi_agent_envs:PixelSidesEnv")) == "image"
+    mixed = doc("ppo", RELAY, multiAgent={"policies": [{"name": "runners", "agents": ["runner_*"]},
+                                                         {"name": "late", "agents": ["late_0"]}]})
+    mixed["spec"]["env"]["config"] = {"box_late": True}
+    assert detect_task_kind(validate_document(mixed)) is None
+
+
+def test_one_kind_for_every_policy_applies_its_set_less_what_multi_agent_runs_refuse():
+    manifest = doc("ppo", "mpe2:simple_spread_v3", config={"lr": 0.0005})
+    manifest["spec"]["env"]["config"] = {"continuous_actions": True}
+    resolved, defaults = resolve_task_defaults(validate_document(manifest))
+    assert defaults is not None and defaults.kind == "continuous-vector"
+    assert defaults.record()["policies"] == {"shared": "continuous-vector"}
+    params = hyperparams_for(resolved)
+    assert params.lr == 0.0005 and params.num_epochs == 10 and resolved.spec.rollouts.fragment_length == 256
+    assert "config.observationFilter" not in defaults.values  # multi-agent runs refuse a filter
+    assert resolved.spec.config.get("observationFilter", "none") == "none"
+    from kuberl.trainer.multiagent.checks import multi_agent_env_errors
+
+    assert multi_agent_env_errors(resolved) == []  # the resolved run passes the env checks
+
+
+def test_policies_of_different_kinds_get_no_defaults_and_the_line_says_why(tmp_path, capsys):
+    manifest = doc("ppo", RELAY, multiAgent={"policies": [{"name": "runners", "agents": ["runner_*"]},
+                                                            {"name": "late", "agents": ["late_0"]}]})
+    manifest["spec"]["env"]["config"] = {"box_late": True}
+    original = validate_document(manifest)
+    resolved, defaults = resolve_task_defaults(original)
+    assert resolved is original and defaults is not None and defaults.kind is None and defaults.values == {}
+    assert defaults.record()["policies"] == {"runners": "discrete-vector", "late": "continuous-vector"}
+    assert main(["validate", "-f", write(tmp_path, manifest)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line == ("no task-kind defaults: the policies' tasks differ in kind (runners: discrete-vector, "
+                    "late: continuous-vector); set their values in the manifest")
