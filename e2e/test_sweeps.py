@@ -21,8 +21,10 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def sweep_manifest(name: str, cluster: Any) -> dict[str, Any]:
+    # A budget the lagging trial cannot finish before the operator has seen it lag: its 5-step episodes run
+    # at several thousand steps a second, and the operator reads a trial's status every 10 s.
     template = tiny_ppo("template", cluster, rollouts={"workers": 0, "envsPerWorker": 4, "fragmentLength": 64},
-                        workers={"replicas": 0}, stop={"timesteps": 40960})["spec"]
+                        workers={"replicas": 0}, stop={"timesteps": 327_680})["spec"]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RLSweep",
             "metadata": {"name": name, "namespace": cluster.namespace},
             "spec": {"template": template,

@@ -125,7 +125,7 @@ def test_the_server_prunes_unknown_fields_but_keeps_the_open_maps(
     custom = _custom(control_plane)
     manifest = _example("pruned")
     manifest["spec"]["bogus"] = 1
-    manifest["spec"]["rollouts"]["workerz"] = 2
+    manifest["spec"].setdefault("rollouts", {})["workerz"] = 2  # the example may leave rollouts to the defaults
     manifest["spec"]["env"]["config"] = {"anything": {"nested": [1, 2]}}
     manifest["spec"]["config"] = {**manifest["spec"].get("config", {}), "notAHyperparameter": True}
     custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, manifest)
