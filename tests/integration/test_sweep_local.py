@@ -25,14 +25,14 @@ TEMPLATE = {
     "env": {"id": "CartPole-v1"},
     "config": {"seed": 1},
     "rollouts": {"workers": 0, "envsPerWorker": 4, "fragmentLength": 64},
-    "stop": {"timesteps": 2000},
     "checkpoint": {"everyIterations": 2},
 }
 
 
-def sweep_file(tmp_path: Path, name: str, **spec: Any) -> Path:
+def sweep_file(tmp_path: Path, name: str, timesteps: int = 2000, **spec: Any) -> Path:
+    template = {**TEMPLATE, "stop": {"timesteps": timesteps}}
     body = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep", "metadata": {"name": name},
-            "spec": {"template": TEMPLATE, "parameters": [
+            "spec": {"template": template, "parameters": [
                 {"path": "config.lr", "type": "float", "low": 0.0001, "high": 0.003, "log": True},
                 {"path": "config.entropyCoeff", "type": "categorical", "values": [0.0, 0.01]}], **spec}}
     path = tmp_path / f"{name}.yaml"
@@ -80,8 +80,9 @@ def test_a_sweep_runs_prunes_and_summarises(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_sweep_continues_without_duplicate_trials(tmp_path: Path) -> None:
-    path = sweep_file(tmp_path, "again", search={"algorithm": "tpe", "seed": 2, "startupTrials": 1}, maxTrials=3,
-                      parallelism=1)
+    # Trials long enough (a few seconds on an idle machine) that the interrupt lands while the second one runs.
+    path = sweep_file(tmp_path, "again", timesteps=30_000, search={"algorithm": "tpe", "seed": 2, "startupTrials": 1},
+                      maxTrials=3, parallelism=1)
     directory = tmp_path / "kuberl-sweeps" / "again"
     proc = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "sweep", "-f", str(path)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
