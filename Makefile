@@ -31,7 +31,7 @@ demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally, then plot its learni
 	@echo "learning curve:          $(DEMO_RUN)/learning-curve.png"
 
 test: $(STAMP) tools ## run the unit and integration tests
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)
 	$(BIN)/python -m pytest -q e2e --ignore=e2e/control_plane

@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from score_curve import plot_score, scored_points, summary, train_to_score  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pong-ppo-1gpu.yaml"
 GOAL = 18.0
@@ -89,76 +92,23 @@ def config_for(overrides: list[str]) -> Any:
     return AlgorithmConfig.from_manifest(EXAMPLE, overrides)
 
 
-def learner_row(result: dict[str, Any]) -> dict[str, Any]:
-    keep = ("policyLoss", "valueLoss", "entropy", "approxKl", "clipFraction", "lr", "updates", "updateSeconds")
-    return {k: result["learner"].get(k) for k in keep}
-
-
 def run_pong(args: argparse.Namespace) -> int:
     monitor = GpuMonitor()
     config = config_for(args.set)
     sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
-    started = time.monotonic()
-    algo = config.build()
-    built = time.monotonic() - started
-    rows: list[dict[str, Any]] = []
-    reached: dict[str, Any] | None = None
     try:
-        while True:
-            tick = time.monotonic()
-            result = algo.train()
-            now = time.monotonic()
-            mean, episodes = result["episodeReturnMean"], result["episodes"]
-            row = {"seconds": now - started, "timesteps": result["timesteps"], "episodes": episodes,
-                   "score100": mean, "iterationSeconds": now - tick,
-                   "sampleSeconds": result["sampler"]["sampleSeconds"], "envSeconds": result["sampler"]["envSeconds"],
-                   **learner_row(result), **monitor.mean(tick)}
-            rows.append(row)
-            if len(rows) % 20 == 1:
-                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            if reached is None and mean is not None and episodes >= 100 and mean >= GOAL:
-                reached = row
-                break
-            if now - started > args.cap:
-                break
+        run = train_to_score(config, GOAL, args.cap, extra_row=monitor.mean)
     finally:
-        algo.stop()
         monitor.stop()
-    last = rows[-1]
-    summary = {
-        "minutes_to_18": None if reached is None else round(reached["seconds"] / 60, 2),
-        "env_steps_to_18": None if reached is None else reached["timesteps"],
-        "final_score": last["score100"], "final_timesteps": last["timesteps"], "episodes": last["episodes"],
-        "wall_seconds": round(last["seconds"], 1), "build_seconds": round(built, 1),
-        "env_steps_per_second": round(last["timesteps"] / last["seconds"], 1),
-        "sticky_actions": sticky, "cap_seconds": args.cap, "overrides": args.set, **machine(),
-    }
+    result = {**summary(run, GOAL), "sticky_actions": sticky, "cap_seconds": args.cap, "overrides": args.set,
+              **machine()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pong.json").write_text(json.dumps({"summary": summary, "curve": rows}, indent=0))
-    plot_pong(rows, summary, args.out / "pong.png")
-    print(json.dumps(summary), flush=True)
+    (args.out / "pong.json").write_text(json.dumps({"summary": result, "curve": run.rows}, indent=0))
+    plot_score({"kuberl PPO": scored_points(run.rows)}, GOAL,
+               f"kuberl PPO, ALE/Pong-v5 (sticky actions {sticky}), {result['gpu']}, {result['cpuCores']} cores",
+               args.out / "pong.png")
+    print(json.dumps(result), flush=True)
     return 0
-
-
-def plot_pong(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    scored = [r for r in rows if r["score100"] is not None]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, scale, label in ((axes[0], "seconds", 60, "wall minutes (build included)"),
-                                  (axes[1], "timesteps", 1e6, "env steps (millions; 4 frames each)")):
-        ax.plot([r[key] / scale for r in scored], [r["score100"] for r in scored])
-        ax.axhline(GOAL, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlabel(label)
-        ax.set_ylabel("100-game mean score")
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"kuberl PPO, ALE/Pong-v5 (sticky actions {summary['sticky_actions']}), "
-                 f"{summary['gpu']}, {summary['cpuCores']} cores")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def run_scaling(args: argparse.Namespace) -> int:

@@ -295,6 +295,8 @@ CASES: tuple[BadInput, ...] = (
     C("learner.gpus", 17, OUT_OF_RANGE, True),
     C("learner.gpus", 2, OUT_OF_RANGE, True, note="the learner is not data-parallel"),
     C("learner.bf16", "yes", WRONG_TYPE, True),
+    C("learner.threads", 0, OUT_OF_RANGE, True),
+    C("learner.threads", "two", WRONG_TYPE, True),
     C("learner.gpus", 1, INCONSISTENT, False, CLUSTER, note="no pod has a GPU"),
     C("stop", {}, INCONSISTENT, False, note="no stop criterion"),
     C("stop.timesteps", 0, OUT_OF_RANGE, True),

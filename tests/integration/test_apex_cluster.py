@@ -51,6 +51,6 @@ def test_apex_trains_with_workers_spread_over_two_nodes(two_node_cluster) -> Non
         assert result["learner"]["updates"] > 0
         assert all(stats["size"] > 0 for stats in shard_stats(result).values())
         worker_nodes = {stats["node"] for stats in result["workers"].values()}
-        assert worker_nodes == set(nodes)  # SPREAD: one rollout worker on each node
+        assert worker_nodes == set(nodes)  # worker 1 on the non-driver node (its slot), worker 2 on the head
     finally:
         algo.stop()

@@ -96,9 +96,17 @@ def test_one_gpu_pong_example_samples_in_the_learners_process_on_every_core_with
     assert spec.env.config["repeat_action_probability"] == 0.0
 
 
+def test_cpu_pong_example_trains_in_one_process_on_the_cpu_under_bf16_with_the_machines_cores():
+    spec = load_manifest((EXAMPLES / "pong-ppo-cpu.yaml").read_text()).spec
+    assert spec.algorithm == "ppo" and spec.learner.gpus == 0 and spec.rollouts.workers == 0
+    assert spec.learner.bf16 and spec.learner.threads == 2
+    assert spec.stop.episode_return_mean == 18 and spec.stop.time_seconds == 7200
+
+
 # The sticky actions of each Pong example: what the published settings it follows use (CleanRL's ppo_atari and
 # RLlib's pong_appo.py: none), else ALE v5's own default, stated.
-PONG_STICKY_ACTIONS = {"pong-ppo.yaml": 0.0, "pong-appo.yaml": 0.0, "pong-ppo-1gpu.yaml": 0.0, "pong-apex.yaml": 0.25}
+PONG_STICKY_ACTIONS = {"pong-ppo.yaml": 0.0, "pong-appo.yaml": 0.0, "pong-ppo-1gpu.yaml": 0.0, "pong-ppo-cpu.yaml": 0.0,
+                       "pong-apex.yaml": 0.25}
 
 
 def test_every_pong_example_states_its_sticky_actions():
@@ -113,6 +121,7 @@ def test_every_pong_example_states_its_sticky_actions():
                                                          ("pong-appo.yaml", (4, 84, 84)),
                                                          ("pong-ppo.yaml", (4, 84, 84)),
                                                          ("pong-ppo-1gpu.yaml", (4, 84, 84)),
+                                                         ("pong-ppo-cpu.yaml", (4, 84, 84)),
                                                          ("halfcheetah-ppo.yaml", (17,))])
 def test_pixel_and_mujoco_examples_build_their_envs(name, observation_shape):
     from kuberl.trainer.sampling.envs import EnvSettings, env_spaces

@@ -141,13 +141,30 @@ def test_appo_skips_the_target_policy_pass_only_right_after_a_sync() -> None:
         algo.stop()
 
 
+def test_the_learner_reports_the_gradient_norm_before_the_clip_and_the_advantages_size() -> None:
+    algo = _config(grad_clip=1e-6, lr=0.01).build()  # a clip that binds on every update
+    try:
+        d = _train_batch(algo)
+        learner = algo.learner
+        expected = learner.loss(d)
+        before = [p.detach().clone() for p in algo.model.parameters()]
+        stats = learner.update(d)
+        moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(algo.model.parameters(), before,
+                                                                              strict=True)))
+        assert stats["gradNorm"] > 1e-3  # the norm before the clip, not the clipped 1e-6
+        assert 0.0 < float(moved) < 0.01 * 1.01 * len(before) ** 0.5  # Adam's steps of at most lr per weight
+        assert stats["advantageAbsMean"] == pytest.approx(float(expected.extra["advantageAbsMean"]), rel=1e-5)
+        assert stats["advantageAbsMean"] > 0.0
+    finally:
+        algo.stop()
+
+
 def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_float32() -> None:
     algo = _config(env="kuberl_testing.image_envs:StackedBeacon", env_config={"size": 42, "max_steps": 8},
                    target_update_interval=2, model={"conv": [[8, 8, 4]], "hidden": [16]}).build()
     try:
-        # CUDA's bf16 autocast where there is no GPU: the same casts on the CPU.
         learner = algo.learner
-        learner.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+        learner.bf16 = True  # spec.learner.bf16: autocast on the learner's device, here the CPU
         seen: list[torch.dtype] = []
         target_seen: list[torch.dtype] = []
         algo.model.policy.encoder.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))

@@ -86,7 +86,7 @@ class Algorithm:
         self.return_window: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.np_random = seed_everything(self.params.seed)
         self.device = learner_device(self.spec.learner.gpus)
-        configure_cpu_threads()
+        configure_cpu_threads(self.spec.learner.threads)
         self.env_settings = EnvSettings.from_spec(self.spec.env)
         spaces = self.spaces()
         self.observation_space = spaces.observation_space

@@ -105,8 +105,11 @@ class AlgorithmConfig:
         self._section("config").update(_camel(params))
         return self
 
-    def resources(self, *, learner_gpus: int | None = None) -> Self:
-        self._section("learner").update(_camel({"gpus": learner_gpus}))
+    def resources(self, *, learner_gpus: int | None = None, learner_bf16: bool | None = None,
+                  learner_threads: int | None = None) -> Self:
+        """spec.learner: its GPUs, bfloat16 autocast, torch's threads in its process."""
+        self._section("learner").update(_camel({"gpus": learner_gpus, "bf16": learner_bf16,
+                                                "threads": learner_threads}))
         return self
 
     def debugging(self, *, seed: int | None = None) -> Self:

@@ -1,7 +1,7 @@
 """IMPALA (algorithm "impala", Espeholt et al. 2018): rollout workers that never wait for the learner, and a
 learner that corrects for their policy lag with V-trace.
 
-- Rollout workers (Ray actors spread over the nodes) sample fragments continuously with the weights they
+- Rollout workers (Ray actors, on the worker pods first) sample fragments continuously with the weights they
   hold and return them through a bounded queue (`kuberl.trainer.distributed.fragment_queue`).
 - The learner (this process, on the GPU where `spec.learner.gpus` asks for one) assembles train batches
   of whole fragments, keeps `buffer_batches` of them and learns from each `batch_reuse` times; it waits

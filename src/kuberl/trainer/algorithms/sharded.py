@@ -32,6 +32,12 @@ import torch
 from kuberl.api.algorithms import REGISTRY
 from kuberl.trainer.algorithms.base import RETURN_WINDOW, Algorithm
 from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.placement import (
+    PLACEMENT_KEYS,
+    cluster_rollout_slots,
+    placement_by_node,
+    rollout_strategy,
+)
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.distributed.shard_learner import (
     SHARD_STATS_TIMEOUT_S,
@@ -50,8 +56,8 @@ from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 log = logging.getLogger(__name__)
 
 # What a worker's report carries that the driver adds up or handles; the rest is the worker's state, shown as is.
-REPORT_TOTALS = frozenset({"worker", "envSteps", "sentBytes", "sentTransitions", "seconds", "episodes", "node",
-                           "filterDelta"})
+REPORT_TOTALS = frozenset({"worker", "envSteps", "sentBytes", "sentTransitions", "seconds", "episodes",
+                           "filterDelta", *PLACEMENT_KEYS})
 
 
 def shard_stats(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -111,7 +117,7 @@ class ShardedReplay(Algorithm):
         self.sampler.sync_filter(self.obs_filter.get_state())
         self.shard_restarts = 0
         self.last_shard_stats: dict[int, dict[str, Any]] = {}
-        self.worker_nodes: dict[int, str] = {}
+        self.worker_placements: dict[int, dict[str, str]] = {}  # worker index -> node, nodeIp, host
         self.worker_returns: dict[int, deque[float]] = {}
         self._local_model = self.local_model()
         self.known_updates = 0
@@ -139,8 +145,10 @@ class ShardedReplay(Algorithm):
     def _start_worker(self, position: int) -> Any:
         import ray
 
+        slots = cluster_rollout_slots(self.cpus_per_worker)  # the worker pods' nodes first, then all of them
         actor = ray.remote(ShardRolloutWorker).options(
-            num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy="SPREAD", **ACTOR_OPTIONS
+            num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy=rollout_strategy(position + 1, slots),
+            **ACTOR_OPTIONS,
         )
         return actor.remote(
             self.worker_config(), self.make_policy_factory(), position + 1, self.sampling_settings(position, self.timesteps),
@@ -207,7 +215,7 @@ class ShardedReplay(Algorithm):
                 self.obs_filter.apply_delta(report["filterDelta"])
                 self.sampler.sync_filter(self.obs_filter.get_state())
                 self.record_episodes(report["episodes"])
-                self.worker_nodes[report["worker"]] = report["node"]
+                self.worker_placements[report["worker"]] = {k: report[k] for k in PLACEMENT_KEYS if k in report}
                 mine = per_worker.setdefault(report["worker"], {"envSteps": 0, "seconds": 0.0})
                 window = self.worker_returns.setdefault(report["worker"], deque(maxlen=RETURN_WINDOW))
                 window.extend(e["return"] for e in report["episodes"])
@@ -227,7 +235,7 @@ class ShardedReplay(Algorithm):
         workers = {
             f"worker_{index}": {
                 **stats, "envStepsPerSecond": stats["envSteps"] / elapsed if elapsed > 0 else 0.0,
-                "node": self.worker_nodes.get(index),
+                "node": None, **self.worker_placements.get(index, {}),
                 "episodeReturnMean": float(np.mean(self.worker_returns[index])) if self.worker_returns.get(index) else None,
             }
             for index, stats in sorted(per_worker.items())
@@ -241,6 +249,7 @@ class ShardedReplay(Algorithm):
             "learner": learner,
             "replay": replay,
             "workers": workers,
+            "placement": placement_by_node({**workers, **shard_stats({"replay": replay})}),
             "sampler": {
                 "workerRestarts": self.sampler.restarts, "shardRestarts": self.shard_restarts,
                 "throttledSeconds": throttled,

@@ -42,7 +42,7 @@ class FragmentQueue:
             init_ray()
             cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1.0)) / num_workers)
         # worker_set: the multi-agent one for PettingZoo envs (its fragments are MultiAgentSampleBatch)
-        self.workers = worker_set(config, policy_factory, num_workers, num_cpus_per_worker=cpus, spread=True)
+        self.workers = worker_set(config, policy_factory, num_workers, num_cpus_per_worker=cpus)
 
     @property
     def actors(self) -> list[Any]:

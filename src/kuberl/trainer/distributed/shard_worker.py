@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.placement import current_placement
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.replay.frames import NStepRows
 from kuberl.trainer.replay.nstep import compact_transitions
@@ -63,6 +64,7 @@ class ShardRolloutWorker:
         self.next_shard = worker_index
         self.adds_in_flight: deque[Any] = deque()
         self.shard_errors = 0
+        self.placement: dict[str, str] = dict(current_placement() or {})  # its Ray node, for its whole life
 
     def _poll_weights(self) -> None:
         """Start a request for newer weights, or take the answer of the last one if it is in."""
@@ -107,8 +109,6 @@ class ShardRolloutWorker:
         the report carries the statistics this worker gathered since, for the driver to merge.
         `policy_settings` go to the policy's `configure` first (SAC: uniform actions until learning starts).
         """
-        import ray
-
         if filter_state is not None:
             self.worker.set_filter(filter_state)
         self._configure(policy_settings or {})
@@ -147,7 +147,7 @@ class ShardRolloutWorker:
             "weightUpdates": self.weight_updates,
             "shardErrors": self.shard_errors,
             **self.policy_settings,
-            "node": ray.get_runtime_context().get_node_id(),
+            **self.placement,  # node, nodeIp, host
             "filterDelta": filter_delta,
         }
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -131,7 +132,17 @@ class PPOLearner:
         for batch in batches:
             d = batch.data
             obs = to_device({"obs": d["obs"]}, self.device)["obs"]
-            outputs = self._values(obs.flatten(0, 1)).reshape(d["rewards"].shape)
+            behaviour_logp = d["logp"]
+            if self.bf16:
+                # The ratio's denominator from the learner's own bfloat16 pass over the weights that sampled
+                # (PPO samples with the learner's weights), not the sampler's float32 one: the two differ by
+                # about 0.007 in log pi, a tenth of a PPO step, which would otherwise be noise in every ratio.
+                actions = to_device({"actions": d["actions"]}, self.device)["actions"].flatten(0, 1)
+                outputs, logp = self._critic_pass(obs.flatten(0, 1), actions)
+                behaviour_logp = logp.reshape(d["logp"].shape)
+            else:
+                outputs, _ = self._critic_pass(obs.flatten(0, 1))
+            outputs = outputs.reshape(d["rewards"].shape)
             values = self.value_scale.denormalize(outputs)
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
             next_values = self._next_values(values, dones, d)
@@ -139,7 +150,7 @@ class PPOLearner:
                 d["rewards"], values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
             )
             valid = d["valid"]
-            rows = to_device({"actions": d["actions"][valid], "logp": d["logp"][valid],
+            rows = to_device({"actions": d["actions"][valid], "logp": behaviour_logp[valid],
                               "advantages": advantages[valid], "valid": valid}, self.device)
             parts.append({"obs": obs[rows.pop("valid")], **rows})
             returns.append(np.stack([outputs[valid], fragment_returns[valid].astype(np.float32)]))
@@ -152,11 +163,26 @@ class PPOLearner:
         targets = self.value_scale.normalize(targets)
         return {**merged, **to_device({"values": outputs, "returns": targets}, self.device)}
 
-    def _values(self, obs: torch.Tensor, chunk: int = 4096) -> np.ndarray:
-        """The critic's (normalised) output for observations already on the device, in chunks."""
-        with torch.no_grad(), learner_autocast(self.device, self.bf16):
-            parts = [self.model.value(obs[i:i + chunk]).float() for i in range(0, len(obs), chunk)]
-        return torch.cat(parts).cpu().numpy()
+    def _autocast(self) -> Any:
+        """The learner's bfloat16 autocast (`spec.learner.bf16`) for the conv encoder's passes."""
+        return learner_autocast(self.device, self.bf16)
+
+    def _critic_pass(self, obs: torch.Tensor, actions: torch.Tensor | None = None,
+                     chunk: int = 4096) -> tuple[np.ndarray, np.ndarray | None]:
+        """The critic's (normalised) output for observations already on the device, in chunks; with `actions`,
+        log pi(a|s) from the same encoder pass."""
+        values: list[torch.Tensor] = []
+        logps: list[torch.Tensor] = []
+        with torch.no_grad():
+            for i in range(0, len(obs), chunk):
+                if actions is None:
+                    values.append(self.model.value(obs[i:i + chunk], self._autocast))
+                    continue
+                logp, _, value = self.model.evaluate(obs[i:i + chunk], actions[i:i + chunk], self._autocast)
+                values.append(value)
+                logps.append(logp)
+        logp_out = torch.cat(logps).cpu().numpy().astype(np.float32) if logps else None
+        return torch.cat(values).float().cpu().numpy(), logp_out
 
     def _next_values(self, values: np.ndarray, dones: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
         """V(next_obs_t) in the unnormalised scale: the next row's V(obs) inside an episode, a pass of its own
@@ -166,7 +192,7 @@ class PPOLearner:
         computed = None
         if compute.any():
             next_obs = to_device({"obs": d["next_obs"][compute.numpy()]}, self.device)["obs"]
-            computed = torch.from_numpy(self.value_scale.denormalize(self._values(next_obs)))
+            computed = torch.from_numpy(self.value_scale.denormalize(self._critic_pass(next_obs)[0]))
         return next_values_from(torch.from_numpy(values), reuse, computed, compute).numpy()
 
     # -- the update ----------------------------------------------------------------------------------
@@ -187,9 +213,8 @@ class PPOLearner:
         for _epoch in range(p.num_epochs):
             order = torch.as_tensor(self.rng.permutation(size), device=self.device)
             for idx in torch.tensor_split(order, num_minibatches):
-                with learner_autocast(self.device, self.bf16):
-                    logp, entropy, values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx])
-                current = Current(logp.float(), entropy.float(), values.float())
+                logp, entropy, values = self.model.evaluate(batch["obs"][idx], batch["actions"][idx], self._autocast)
+                current = Current(logp, entropy, values)
                 advantages = batch["advantages"][idx]
                 if p.normalize_advantages and len(idx) > 1:
                     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

@@ -127,13 +127,14 @@ class VTraceLearner:
         loss = self.loss(d)
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
-        if self.params.grad_clip is not None:
-            for group in self.model.clip_groups():
-                nn.utils.clip_grad_norm_(group, self.params.grad_clip, foreach=True)
+        # The gradient's global norm before any clip (the largest group's): whether grad_clip binds at all.
+        max_norm = self.params.grad_clip if self.params.grad_clip is not None else float("inf")
+        norms = [nn.utils.clip_grad_norm_(group, max_norm, foreach=True) for group in self.model.clip_groups()]
         self.optimizer.step()
         self.updates += 1
         self._follow_target()
-        terms = {"policyLoss": loss.policy, "valueLoss": loss.value, "entropy": loss.entropy, **loss.extra}
+        terms = {"policyLoss": loss.policy, "valueLoss": loss.value, "entropy": loss.entropy,
+                 "gradNorm": torch.stack(norms).max(), **loss.extra}
         return {key: float(value.detach()) for key, value in terms.items()}
 
     def loss(self, d: dict[str, torch.Tensor]) -> LossTerms:
@@ -145,6 +146,7 @@ class VTraceLearner:
         mask = d["valid"].float()
         loss = self.loss_fn(current, d["logp"], target_logp, targets, mask, self.params)
         loss.extra["meanRho"] = masked_mean(targets.rhos, mask)
+        loss.extra["advantageAbsMean"] = masked_mean(targets.pg_advantages.abs(), mask)
         return loss
 
     def evaluate(self, d: dict[str, torch.Tensor]) -> Evaluation:

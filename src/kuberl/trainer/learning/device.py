@@ -24,19 +24,28 @@ def learner_device(gpus: int) -> torch.device:
     return torch.device("cpu")
 
 
-def configure_cpu_threads() -> int:
-    """Intra-op threads for torch on the CPU: $KUBERL_TORCH_THREADS, default 1.
+_chosen_threads: int | None = None  # spec.learner.threads, once the learner's process has read it
+
+
+def configure_cpu_threads(threads: int | None = None) -> int:
+    """Intra-op threads for torch on the CPU: `threads` (spec.learner.threads, in the learner's process), else
+    what this process chose before, else $KUBERL_TORCH_THREADS, default 1.
 
     The one place the thread count is set: every process that runs torch calls it
     (the algorithm's, and each Ape-X worker and learner actor). kuberl's networks are
     small: one thread is fastest, and with several threads a busy machine makes each
     tiny op wait for all of them (measured: 12x slower PPO on a loaded 2-core machine;
-    8,000 DQN steps took 16 s with one thread, 295 s with two).
+    8,000 DQN steps took 16 s with one thread, 295 s with two). A conv learner with the
+    machine to itself is the exception (spec.learner.threads): PPO on Pong from pixels on
+    an idle 2-core machine learns about 1.5x faster per second on both cores.
     """
-    threads = max(1, int(os.environ.get("KUBERL_TORCH_THREADS", "1")))
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    return threads
+    global _chosen_threads
+    if threads is not None:
+        _chosen_threads = max(1, threads)
+    chosen = _chosen_threads or max(1, int(os.environ.get("KUBERL_TORCH_THREADS", "1")))
+    if torch.get_num_threads() != chosen:
+        torch.set_num_threads(chosen)
+    return chosen
 
 
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -57,7 +66,8 @@ def obs_tensor(obs: np.ndarray, device: torch.device | str = "cpu") -> torch.Ten
 
 
 def learner_autocast(device: torch.device, bf16: bool) -> Any:
-    """bfloat16 autocast on CUDA when `spec.learner.bf16` asks for it; a no-op otherwise."""
-    if bf16 and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+    """bfloat16 autocast on the learner's device (CUDA, or a CPU with bfloat16 instructions such as avx512_bf16
+    or AMX) when `spec.learner.bf16` asks for it; a no-op otherwise."""
+    if bf16 and device.type in ("cuda", "cpu"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

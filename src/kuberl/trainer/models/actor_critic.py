@@ -7,8 +7,11 @@ tasks, and the actor runs in numpy on rollout workers). For images they share th
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -87,16 +90,30 @@ class ActorCritic(nn.Module):
         else:
             self.critic = mlp(obs_size(observation_space), hidden, 1, activation, out_gain=1.0)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+              ) -> torch.Tensor:
+        """V(s); `autocast` covers the shared conv encoder only (see `evaluate`)."""
         if self.shared:
-            return self.critic(self.actor.net[0](obs)).squeeze(-1)
+            with autocast():
+                features = self.actor.net[0](obs)
+            return self.critic(features.float()).squeeze(-1)
         return self.critic(obs).squeeze(-1)
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """log pi(a|s), the entropy and V(s), with one encoder pass where the encoder is shared."""
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
+                 autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """log pi(a|s), the entropy and V(s), with one encoder pass where the encoder is shared.
+
+        `autocast` (the learner's bfloat16, `spec.learner.bf16`) covers the conv encoder only: the heads, the
+        log-softmax and the entropy run in float32. On a CPU autocast would run them in bfloat16 too, whose 8-bit
+        mantissa puts log pi(a|s) off by up to about 0.04 where the logits are large (a sharp policy): as large
+        as a PPO step's whole change.
+        """
         if not self.shared:
             logp, entropy = self.actor.log_prob_entropy(obs, actions)
             return logp, entropy, self.value(obs)
-        features = self.actor.net[0](obs)
+        with autocast():
+            features = self.actor.net[0](obs)
+        features = features.float()
         logp, entropy = self.actor.log_prob_entropy_of(self.actor.net[1](features), actions)
         return logp, entropy, self.critic(features).squeeze(-1)

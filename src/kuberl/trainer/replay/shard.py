@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from kuberl.trainer.distributed.placement import current_placement
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 from kuberl.trainer.replay.frames import FrameTransitions
@@ -25,6 +26,7 @@ class ReplayShard:
         self.index = index
         shard_seed = None if seed is None else seed + 7919 * (index + 1)
         self.buffer = make_replay_buffer(capacity, prioritized=prioritized, seed=shard_seed, **buffer_options)
+        self.placement: dict[str, str] = dict(current_placement() or {})  # its Ray node (none without Ray)
 
     def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> int:
         """Store transitions; returns the transitions ever added to this shard."""
@@ -41,9 +43,11 @@ class ReplayShard:
         return self.buffer.update_priorities(ids, td_errors)
 
     def stats(self) -> dict[str, Any]:
-        """The buffer's statistics and the bytes it has allocated (`bytes`; per transition slot)."""
+        """The buffer's statistics, the bytes it has allocated (`bytes`; per transition slot) and where it runs
+        (`node`, `nodeIp`, `host`: `distributed.placement`)."""
         nbytes = self.buffer.nbytes
-        return {**self.buffer.stats(), "bytes": nbytes, "bytesPerTransition": nbytes / self.buffer.capacity}
+        return {**self.buffer.stats(), "bytes": nbytes, "bytesPerTransition": nbytes / self.buffer.capacity,
+                **self.placement}
 
 
 def start_replay_shard(index: int, capacity: int, *, memory_bytes: int | None = None, **buffer_options: Any) -> Any:

@@ -21,13 +21,12 @@ class WorkerSet:
     worker_class: type = RolloutWorker  # what runs in-process or in each actor (multi-agent: its own worker)
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
-                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3, spread: bool = False):
+                 *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
         self.config = config
         self.policy_factory = policy_factory
         self.num_workers = num_workers
         self.num_cpus_per_worker = num_cpus_per_worker
         self.max_sample_attempts = max_sample_attempts
-        self.spread = spread  # place the actors on as many nodes as there are
         self.restarts = 0
         self.local_worker: RolloutWorker | None = None
         self.actors: list[Any] = []
@@ -45,9 +44,12 @@ class WorkerSet:
     def _new_actor(self, worker_index: int) -> Any:
         import ray
 
-        placement = {"scheduling_strategy": "SPREAD"} if self.spread else {}
+        from kuberl.trainer.distributed.placement import cluster_rollout_slots, rollout_strategy
+
+        # The worker pods' nodes first, then all of them (docs/architecture.md, "Where the actors run").
+        strategy = rollout_strategy(worker_index, cluster_rollout_slots(self.num_cpus_per_worker))
         actor_class = ray.remote(self.worker_class).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
-                                                        **placement, **ACTOR_OPTIONS)
+                                                        scheduling_strategy=strategy, **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
 
     def replace(self, position: int) -> None:

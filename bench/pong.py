@@ -1,0 +1,120 @@
+"""Pong from pixels to a 100-game mean of 18 on this machine's CPUs, beside RLlib 2.60 APPO.
+
+    PYTHONPATH=src:testing python bench/pong.py --seeds 1,2 --cap 7200 --out bench-pong           # kuberl
+    make bench-deps && PYTHONPATH=src:testing python bench/pong.py --seeds 1,2 --cap 7200 --rllib  # and RLlib
+
+kuberl trains examples/pong-ppo-cpu.yaml (PPO in the learner's process, ALE's vector env on every core, the
+learner under bfloat16 autocast) with `config.seed` set to each seed, one seed after the other, until the
+100-game mean of the game score reaches 18 (at least 100 games finished) or --cap seconds of wall time pass
+(the build included). With --rllib, RLlib APPO with its own pong_appo.py settings (bench/atari.py's
+RLLIB_APPO: 2 env runners, a CPU learner) then trains each seed alone on the same machine, with the same
+sticky-action setting and the same cap; its clock starts when its algorithm is built. Nothing else should run
+meanwhile: the two never share the cores, each has both of them in turn.
+
+Writes pong-<system>-seed<N>.json (the summary and every iteration's row) and pong.png (score against wall
+minutes and env steps, every run); prints one JSON line per run and, last, one with the worst kuberl seed's
+minutes_to_18 (null if a seed did not reach it), env_steps_to_18, final_score and sticky_actions, and RLlib's
+score at the minute the slowest kuberl seed reached 18.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from atari import RLLIB_APPO  # noqa: E402
+from rllib_runner import DEFAULT_PYTHON, run_rllib  # noqa: E402
+from score_curve import plot_score, scored_points, summary, train_to_score  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "pong-ppo-cpu.yaml"
+GOAL = 18.0
+
+
+def machine() -> dict[str, Any]:
+    return {"cpuCores": os.cpu_count(), "python": platform.python_version(),
+            "loadAverageAtStart": round(os.getloadavg()[0], 2)}
+
+
+def kuberl_seed(seed: int, cap: float, overrides: list[str]) -> dict[str, Any]:
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+
+    config = AlgorithmConfig.from_manifest(EXAMPLE, [f"config.seed={seed}", *overrides])
+    sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
+    load = machine()
+    run = train_to_score(config, GOAL, cap)
+    result = {"system": "kuberl", "seed": seed, **summary(run, GOAL), "sticky_actions": sticky,
+              "cap_seconds": cap, "overrides": overrides, **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2)}
+    return {"summary": result, "curve": scored_points(run.rows), "rows": run.rows}
+
+
+def rllib_seed(seed: int, cap: float, sticky: float, python: Path) -> dict[str, Any]:
+    spec = dataclasses.replace(RLLIB_APPO, seed=seed, sticky=sticky, target=GOAL, cap=cap)
+    load = machine()
+    run = run_rllib(python, spec, deadline_seconds=cap + 900)
+    curve = [(s, None, r) for s, r in run.pop("curve", []) if r is not None]
+    result = {"system": "rllib-appo", "seed": seed, "sticky_actions": sticky, "cap_seconds": cap, **load,
+              "loadAverageAtEnd": round(os.getloadavg()[0], 2), **run}
+    return {"summary": result, "curve": curve}
+
+
+def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> float | None:
+    """The last score reported at or before `seconds`."""
+    before = [score for s, _, score in curve if s <= seconds]
+    return before[-1] if before else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--cap", type=float, default=7200.0, help="seconds of wall time per run")
+    parser.add_argument("--out", type=Path, default=Path("bench-pong"))
+    parser.add_argument("--rllib", action="store_true", help="also RLlib 2.60 APPO, after kuberl")
+    parser.add_argument("--only-rllib", action="store_true", help="RLlib alone (kuberl's runs already in --out)")
+    parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
+    parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict[str, Any]] = {}
+    for seed in seeds:
+        path = args.out / f"pong-kuberl-seed{seed}.json"
+        if args.only_rllib:
+            runs[f"kuberl PPO seed {seed}"] = json.loads(path.read_text())
+            continue
+        run = kuberl_seed(seed, args.cap, args.set)
+        path.write_text(json.dumps(run, indent=0))
+        runs[f"kuberl PPO seed {seed}"] = run
+        print(json.dumps(run["summary"]), flush=True)
+    kuberl = [run["summary"] for run in runs.values()]
+    sticky = kuberl[0]["sticky_actions"]
+    if args.rllib or args.only_rllib:
+        for seed in seeds:
+            run = rllib_seed(seed, args.cap, sticky, args.rllib_python)
+            (args.out / f"pong-rllib-seed{seed}.json").write_text(json.dumps(run, indent=0))
+            runs[f"RLlib APPO seed {seed}"] = run
+            print(json.dumps(run["summary"]), flush=True)
+    plot_score({name: run["curve"] for name, run in runs.items()}, GOAL,
+               f"ALE/Pong-v5 from pixels (sticky actions {sticky}), {os.cpu_count()} cores, no GPU",
+               args.out / "pong.png")
+    reached = [s["minutes_to_18"] for s in kuberl]
+    worst = max(kuberl, key=lambda s: (s["minutes_to_18"] is None, s["minutes_to_18"] or 0, -s["final_score"]))
+    final = {"worst_seed": worst["seed"], "minutes_to_18": None if None in reached else max(reached),
+             "env_steps_to_18": worst["env_steps_to_18"], "final_score": worst["final_score"],
+             "sticky_actions": sticky, "seeds": seeds}
+    if None not in reached:
+        final["rllib_score_at_that_minute"] = {name: score_at(run["curve"], max(reached) * 60)
+                                               for name, run in runs.items() if name.startswith("RLlib")}
+    print(json.dumps(final), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Train one kuberl config until its 100-episode mean reaches a score or a wall-time cap, keeping the curve.
+
+`train_to_score` is the loop bench/gpu.py (Pong on one GPU) and bench/pong.py (Pong on this machine's CPUs)
+share: every `algo.train()` result becomes one row (wall seconds since the build started, env steps, episodes,
+the 100-episode mean, where the iteration's time went, the learner's stats, and what `extra_row` adds); the run
+ends at the first row with at least 100 episodes and a mean >= `goal`, or past `cap_seconds`. `summary` gives
+the figures every such bench prints (minutes_to_<goal> and env steps to it, null where not reached), and
+`plot_score` draws the score against wall time and against env steps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LEARNER_KEYS = ("policyLoss", "valueLoss", "entropy", "approxKl", "clipFraction", "lr", "updates", "updateSeconds")
+
+
+@dataclass
+class ScoreRun:
+    rows: list[dict[str, Any]]
+    reached: dict[str, Any] | None  # the first row at the goal
+    build_seconds: float
+
+
+def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every: int = 20,
+                   extra_row: Callable[[float], dict[str, Any]] | None = None) -> ScoreRun:
+    """Build `config` (a kuberl AlgorithmConfig) and train it to `goal` or `cap_seconds` of wall time."""
+    started = time.monotonic()
+    algo = config.build()
+    built = time.monotonic() - started
+    rows: list[dict[str, Any]] = []
+    reached = None
+    try:
+        while True:
+            tick = time.monotonic()
+            result = algo.train()
+            now = time.monotonic()
+            mean, episodes = result["episodeReturnMean"], result["episodes"]
+            learner = result.get("learner", {})
+            row = {"seconds": now - started, "timesteps": result["timesteps"], "episodes": episodes,
+                   "score100": mean, "iterationSeconds": now - tick,
+                   "sampleSeconds": result["sampler"].get("sampleSeconds"),
+                   "envSeconds": result["sampler"].get("envSeconds"),
+                   **{k: learner.get(k) for k in LEARNER_KEYS}, **(extra_row(tick) if extra_row else {})}
+            rows.append(row)
+            if len(rows) % print_every == 1:
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
+                      flush=True)
+            if mean is not None and episodes >= 100 and mean >= goal:
+                reached = row
+                break
+            if now - started > cap_seconds:
+                break
+    finally:
+        algo.stop()
+    return ScoreRun(rows, reached, built)
+
+
+def summary(run: ScoreRun, goal: float) -> dict[str, Any]:
+    """minutes_to_<goal>, env_steps_to_<goal> (null if not reached), the final score and the run's rate."""
+    last = run.rows[-1]
+    tag = f"{goal:g}"
+    return {
+        f"minutes_to_{tag}": None if run.reached is None else round(run.reached["seconds"] / 60, 2),
+        f"env_steps_to_{tag}": None if run.reached is None else run.reached["timesteps"],
+        "final_score": last["score100"], "final_timesteps": last["timesteps"], "episodes": last["episodes"],
+        "wall_seconds": round(last["seconds"], 1), "build_seconds": round(run.build_seconds, 1),
+        "env_steps_per_second": round(last["timesteps"] / last["seconds"], 1),
+    }
+
+
+def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: float, title: str,
+               path: Path) -> None:
+    """`curves`: name -> [(wall seconds, env steps or None, score)]; the score against minutes and env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, points in curves.items():
+        axes[0].plot([s / 60 for s, _, v in points], [v for _, _, v in points], label=name)
+        stepped = [(n, v) for _, n, v in points if n is not None]
+        if stepped:
+            axes[1].plot([n / 1e6 for n, _ in stepped], [v for _, v in stepped], label=name)
+    for ax, label in ((axes[0], "wall minutes (build included)"), (axes[1], "env steps (millions; 4 frames each)")):
+        ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(label)
+        ax.set_ylabel("100-game mean score")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def scored_points(rows: list[dict[str, Any]]) -> list[tuple[float, int | None, float]]:
+    return [(r["seconds"], r["timesteps"], r["score100"]) for r in rows if r["score100"] is not None]
