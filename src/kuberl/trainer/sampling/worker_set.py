@@ -39,15 +39,22 @@ class WorkerSet:
             from kuberl.trainer.distributed.ray_runtime import init_ray
 
             init_ray()
-            self.actors = [self._new_actor(i + 1) for i in range(num_workers)]
+            from kuberl.trainer.distributed.placement import cluster_rollout_slots
 
-    def _new_actor(self, worker_index: int) -> Any:
+            slots = cluster_rollout_slots(num_cpus_per_worker)  # one look at the cluster for all of them
+            self.actors = [self._new_actor(i + 1, slots) for i in range(num_workers)]
+
+    def _new_actor(self, worker_index: int, slots: list[str] | None = None) -> Any:
+        """A worker actor; `slots`: the cluster's rollout slots, looked up again where not given (a replacement:
+        nodes may have come or gone since)."""
         import ray
 
         from kuberl.trainer.distributed.placement import cluster_rollout_slots, rollout_strategy
 
         # The worker pods' nodes first, then all of them (docs/architecture.md, "Where the actors run").
-        strategy = rollout_strategy(worker_index, cluster_rollout_slots(self.num_cpus_per_worker))
+        if slots is None:
+            slots = cluster_rollout_slots(self.num_cpus_per_worker)
+        strategy = rollout_strategy(worker_index, slots)
         actor_class = ray.remote(self.worker_class).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
                                                         scheduling_strategy=strategy, **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
