@@ -76,3 +76,18 @@ def test_a_worker_past_the_slots_is_spread_and_one_within_has_a_soft_affinity_th
     first, second = rollout_strategy(1, slots), rollout_strategy(2, slots)
     assert (first.node_id, first.soft, first._spill_on_unavailable) == (worker_node, True, True)
     assert second == "SPREAD"  # the stand-in's two one-CPU pods: the second worker runs on the head's node
+
+
+def test_the_first_shard_workers_share_one_look_at_the_cluster() -> None:
+    from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
+
+    calls: list[tuple[int, list[str] | None]] = []
+
+    def start(position: int, slots: list[str] | None) -> str:
+        calls.append((position, slots))
+        return f"actor-{position}-{len(calls)}"
+
+    slots = ["node-a", "node-b"]
+    pool = ShardWorkerPool(start, 3, policy_factory=None, slots=slots)
+    assert calls == [(0, slots), (1, slots), (2, slots)]
+    assert pool.actors == ["actor-0-1", "actor-1-2", "actor-2-3"]

@@ -113,7 +113,8 @@ class ShardedReplay(Algorithm):
         ray.get(self.learner.start.remote())
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.cpus_per_worker = min(1.0, total_cpus / self.num_workers)
-        self.sampler = ShardWorkerPool(self._start_worker, self.num_workers, self.make_policy_factory())
+        self.sampler = ShardWorkerPool(self._start_worker, self.num_workers, self.make_policy_factory(),
+                                       slots=cluster_rollout_slots(self.cpus_per_worker))
         self.sampler.sync_filter(self.obs_filter.get_state())
         self.shard_restarts = 0
         self.last_shard_stats: dict[int, dict[str, Any]] = {}
@@ -142,10 +143,13 @@ class ShardedReplay(Algorithm):
         return actor.remote(type(self).learner_builder, self.observation_space, self.action_space, self.params,
                             self.spec.learner, self.shards)
 
-    def _start_worker(self, position: int) -> Any:
+    def _start_worker(self, position: int, slots: list[str] | None) -> Any:
+        """A worker actor on the worker pods' nodes first, then on any (`slots`: the cluster's rollout slots,
+        looked up here where None)."""
         import ray
 
-        slots = cluster_rollout_slots(self.cpus_per_worker)  # the worker pods' nodes first, then all of them
+        if slots is None:
+            slots = cluster_rollout_slots(self.cpus_per_worker)
         actor = ray.remote(ShardRolloutWorker).options(
             num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy=rollout_strategy(position + 1, slots),
             **ACTOR_OPTIONS,

@@ -23,10 +23,13 @@ RunArguments = Callable[[int, RunningStats | None], tuple[Any, ...]]  # (positio
 
 
 class ShardWorkerPool:
-    def __init__(self, start_actor: Callable[[int], Any], count: int, policy_factory: PolicyFactory):
-        self.start_actor = start_actor  # position -> a new ShardRolloutWorker actor
+    def __init__(self, start_actor: Callable[[int, list[str] | None], Any], count: int,
+                 policy_factory: PolicyFactory, slots: list[str] | None = None):
+        # (position, the cluster's rollout slots or None to look them up) -> a new ShardRolloutWorker actor;
+        # the first ones share one look at the cluster, a replacement looks again (nodes come and go).
+        self.start_actor = start_actor
         self._policy_factory = policy_factory
-        self.actors = [start_actor(position) for position in range(count)]
+        self.actors = [start_actor(position, slots) for position in range(count)]
         self.in_flight: dict[Any, int] = {}  # run call -> worker position
         self._restarts = 0
         self.filter_state: RunningStats | None = None
@@ -73,7 +76,7 @@ class ShardWorkerPool:
 
         with contextlib.suppress(Exception):  # it is already gone
             ray.kill(self.actors[position], no_restart=True)
-        self.actors[position] = self.start_actor(position)
+        self.actors[position] = self.start_actor(position, None)
         self._restarts += 1
         log.warning("rollout worker %d died; replaced it (%d so far)", position + 1, self._restarts)
 

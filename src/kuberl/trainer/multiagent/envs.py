@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from kuberl.trainer.sampling.env_ids import EnvNotFound, missing_package_hint, parse_env_id
+from kuberl.trainer.sampling.spaces_memo import remembered
 
 ParallelFactory = Callable[..., Any]  # (**config) -> pettingzoo.ParallelEnv
 
@@ -130,6 +131,12 @@ class AgentSpaces:
 
 
 def agent_spaces(env_id: str, config: dict[str, Any] | None = None) -> AgentSpaces:
+    """The env's agents and spaces, from one build per process for the same id and config (`spaces_memo`)."""
+    return remembered({"multiAgent": env_id, "config": dict(config or {})}, lambda: _attribute(env_id),
+                      lambda: _built_agent_spaces(env_id, config))
+
+
+def _built_agent_spaces(env_id: str, config: dict[str, Any] | None) -> AgentSpaces:
     env = make_parallel_env(env_id, config)
     try:
         agents = tuple(str(agent) for agent in env.possible_agents)

@@ -9,7 +9,7 @@ one numpy call), and a SyncVectorEnv of single envs otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -25,6 +25,7 @@ from kuberl.trainer.sampling.env_ids import (
     missing_package_hint,
     parse_env_id,
 )
+from kuberl.trainer.sampling.spaces_memo import remembered
 from kuberl.trainer.sampling.wrappers import WrapperSettings, apply_wrappers
 
 Preprocessing = Literal["none", "atari"]
@@ -96,9 +97,22 @@ class EnvSpaces:
 
 
 def env_spaces(env_id: str | EnvSettings, env_config: dict[str, Any] | None = None) -> EnvSpaces:
+    """The env's spaces, from one build per process for the same settings (`spaces_memo`)."""
+    settings = env_id if isinstance(env_id, EnvSettings) else EnvSettings(env_id, dict(env_config or {}))
+    return remembered(asdict(settings), lambda: _builder(settings), lambda: _built_spaces(settings))
+
+
+def _builder(settings: EnvSettings) -> object:
+    """What builds the env: the id's registered spec, or the class."""
+    if parse_env_id(settings.id).kind == "class":
+        return import_env_class(settings.id)
+    return gym_spec(settings.id)
+
+
+def _built_spaces(settings: EnvSettings) -> EnvSpaces:
     from kuberl.trainer.replay.frames import frame_stack_depth
 
-    env = make_env(env_id, env_config)
+    env = make_env(settings)
     try:
         return EnvSpaces(env.observation_space, env.action_space, frame_stack_depth(env))
     finally:
