@@ -36,7 +36,7 @@ from kuberl.trainer.distributed.placement import (
     PLACEMENT_KEYS,
     cluster_rollout_slots,
     placement_by_node,
-    rollout_strategy,
+    rollout_actor_strategy,
 )
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.distributed.shard_learner import (
@@ -148,10 +148,9 @@ class ShardedReplay(Algorithm):
         looked up here where None)."""
         import ray
 
-        if slots is None:
-            slots = cluster_rollout_slots(self.cpus_per_worker)
         actor = ray.remote(ShardRolloutWorker).options(
-            num_cpus=self.cpus_per_worker, max_restarts=0, scheduling_strategy=rollout_strategy(position + 1, slots),
+            num_cpus=self.cpus_per_worker, max_restarts=0,
+            scheduling_strategy=rollout_actor_strategy(position + 1, self.cpus_per_worker, slots),
             **ACTOR_OPTIONS,
         )
         return actor.remote(

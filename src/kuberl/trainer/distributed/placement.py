@@ -98,3 +98,9 @@ def cluster_rollout_slots(cpus_per_worker: float) -> list[str]:
     import ray
 
     return rollout_slots(ray.nodes(), ray.get_runtime_context().get_node_id(), cpus_per_worker)
+
+
+def rollout_actor_strategy(worker_index: int, cpus_per_worker: float, slots: Sequence[str] | None) -> Any:
+    """`rollout_strategy` with the cluster's slots looked up where `slots` is None (a replacement: nodes may have
+    come or gone since the first workers shared one look)."""
+    return rollout_strategy(worker_index, cluster_rollout_slots(cpus_per_worker) if slots is None else slots)

@@ -49,12 +49,10 @@ class WorkerSet:
         nodes may have come or gone since)."""
         import ray
 
-        from kuberl.trainer.distributed.placement import cluster_rollout_slots, rollout_strategy
+        from kuberl.trainer.distributed.placement import rollout_actor_strategy
 
         # The worker pods' nodes first, then all of them (docs/architecture.md, "Where the actors run").
-        if slots is None:
-            slots = cluster_rollout_slots(self.num_cpus_per_worker)
-        strategy = rollout_strategy(worker_index, slots)
+        strategy = rollout_actor_strategy(worker_index, self.num_cpus_per_worker, slots)
         actor_class = ray.remote(self.worker_class).options(num_cpus=self.num_cpus_per_worker, max_restarts=0,
                                                         scheduling_strategy=strategy, **ACTOR_OPTIONS)
         return actor_class.remote(self.config, self.policy_factory, worker_index)
