@@ -94,6 +94,19 @@ async def test_watch_from_an_expired_resource_version_is_410_gone(api, monkeypat
     assert events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
 
 
+async def test_stopping_the_server_ends_open_watches(api):
+    """A watch whose client went away would otherwise hold the server's shutdown until its timeoutSeconds
+    (the module fixtures of the operator tests waited 30 s at each teardown)."""
+    emulator, s = api
+    await call(s, "POST", PODS, pod("a"))
+    async with s.get(f"{PODS}?watch=true&timeoutSeconds=300") as resp:
+        first = json.loads(await resp.content.readline())
+        emulator.end_watches()
+        async with asyncio.timeout(30):  # a hang guard: the stream ends at once
+            rest = await resp.content.read()
+    assert first["object"]["metadata"]["name"] == "a" and rest == b""
+
+
 async def test_no_event_is_lost_between_the_snapshot_and_the_stream(api):
     _, s = api
     for i in range(5):

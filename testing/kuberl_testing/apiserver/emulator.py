@@ -56,6 +56,10 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             verbs=VERBS, subresources=subresources,
         )
 
+    def end_watches(self) -> None:
+        """End the open watch streams (serving is stopping), as an API server's shutdown closes them."""
+        self._store.log.close()
+
     def add_admission(self, hook: AdmissionHook) -> None:
         """A mutating admission hook: hook(group, plural, object) may change an object being created."""
         self._store.admission.append(hook)
@@ -202,7 +206,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                             and object_matches(event.obj, namespace, labels, fields):
                         await response.write(json.dumps({"type": event.type, "object": event.obj}).encode() + b"\n")
                 remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
+                if log.closed or (remaining is not None and remaining <= 0):
                     break
                 if cursor >= log.resource_version:
                     with contextlib.suppress(TimeoutError):

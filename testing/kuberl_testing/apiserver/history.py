@@ -25,6 +25,7 @@ class EventLog:
         self.events: list[WatchEvent] = []
         self.resource_version = 0
         self._tick: asyncio.Event | None = None
+        self.closed = False  # serving has stopped: watches end instead of waiting for their timeoutSeconds
 
     def publish(self, group: str, plural: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Stamp a new resourceVersion on `obj` (never mutated afterwards) and wake the watchers."""
@@ -37,6 +38,13 @@ class EventLog:
             self._tick.set()
         self._tick = asyncio.Event()
         return obj
+
+    def close(self) -> None:
+        """End every watch: a watcher whose client has gone notices only when it writes, and a server's
+        shutdown waits for its open handlers."""
+        self.closed = True
+        if self._tick is not None:
+            self._tick.set()
 
     def next_change(self) -> asyncio.Event:
         """An event set by the next publish (take it before reading `after()`, so no change slips by)."""

@@ -30,7 +30,10 @@ async def serve_emulator(port: int = 0, *, with_kuberl_crd: bool = True,
     """Serve a fresh emulator on loopback; yields (emulator, base URL)."""
     emulator = _default_emulator(with_kuberl_crd)
     async with emulator, kmock.Server(emulator, host=host, port=port or None) as server:
-        yield emulator, str(server.url).rstrip("/")
+        try:
+            yield emulator, str(server.url).rstrip("/")
+        finally:
+            emulator.end_watches()
 
 
 class EmulatorThread:
