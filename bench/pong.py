@@ -58,11 +58,14 @@ def kuberl_seed(seed: int, cap: float, overrides: list[str]) -> dict[str, Any]:
 def rllib_seed(seed: int, cap: float, sticky: float, python: Path) -> dict[str, Any]:
     spec = dataclasses.replace(RLLIB_APPO, seed=seed, sticky=sticky, target=GOAL, cap=cap)
     load = machine()
-    run = run_rllib(python, spec, deadline_seconds=cap + 900)
-    curve = [(s, None, r) for s, r in run.pop("curve", []) if r is not None]
+    run = run_rllib(python, spec, deadline_seconds=cap + 900, keep_rows=True)
+    run.pop("curve", None)
+    rows = run.pop("rows", [])
+    curve = [(r["timeSeconds"], r["timesteps"], r["episodeReturnMean"]) for r in rows
+             if r.get("episodeReturnMean") is not None]
     result = {"system": "rllib-appo", "seed": seed, "sticky_actions": sticky, "cap_seconds": cap, **load,
               "loadAverageAtEnd": round(os.getloadavg()[0], 2), **run}
-    return {"summary": result, "curve": curve}
+    return {"summary": result, "curve": curve, "rows": rows}
 
 
 def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> float | None:

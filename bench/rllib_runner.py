@@ -165,6 +165,17 @@ def figures(result, steps):
     ret = runners_.get("episode_return_mean")
     return steps, None if ret is None else float(ret)
 
+def learner_figures(result):
+    """The policy's entropy and losses where RLlib reports them (one module, "default_policy")."""
+    stats = (result.get("learners") or {}).get("default_policy") or {}
+    figures_ = {}
+    for theirs, ours in (("entropy", "entropy"), ("policy_loss", "policyLoss"), ("vf_loss", "valueLoss")):
+        try:
+            figures_[ours] = float(stats[theirs])
+        except (KeyError, TypeError, ValueError):
+            pass
+    return figures_
+
 steps, ret, first = 0, None, 0
 if spec["window"]:
     warm_until = time.perf_counter() + spec["cap"]
@@ -173,9 +184,10 @@ if spec["window"]:
     first = steps
 t0 = time.perf_counter()
 while True:
-    steps, ret = figures(algo.train(), steps)
+    result = algo.train()
+    steps, ret = figures(result, steps)
     elapsed = time.perf_counter() - t0
-    emit(progress=True, timeSeconds=elapsed, timesteps=steps, episodeReturnMean=ret)
+    emit(progress=True, timeSeconds=elapsed, timesteps=steps, episodeReturnMean=ret, **learner_figures(result))
     if spec["window"]:
         if elapsed >= spec["window"]:
             break
@@ -190,8 +202,10 @@ ray.shutdown()
 '''
 
 
-def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = None) -> dict[str, Any]:
-    """The run's final figures plus `curve` [(seconds, return mean)], or {"error": ...} with the last progress.
+def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = None, *,
+              keep_rows: bool = False) -> dict[str, Any]:
+    """The run's final figures plus `curve` [(seconds, return mean)], or {"error": ...} with the last progress;
+    with `keep_rows`, also `rows`: every iteration's line (env steps, the policy's entropy and losses).
 
     The default deadline gives Ray's start and RLlib's build (slow on a busy machine) as long again as
     the training's own limit, plus 3 minutes.
@@ -203,9 +217,10 @@ def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = Non
     progress = [line for line in run.lines if line.get("progress")]
     curve = [(line["timeSeconds"], line["episodeReturnMean"]) for line in progress]
     final = [line for line in run.lines if line.get("done")]
+    rows = {"rows": progress} if keep_rows else {}
     if final:
-        return {**final[-1], "curve": curve}
-    return {"error": run.error(f"RLlib {spec.algorithm}"), "curve": curve,
+        return {**final[-1], "curve": curve, **rows}
+    return {"error": run.error(f"RLlib {spec.algorithm}"), "curve": curve, **rows,
             **({"lastProgress": progress[-1]} if progress else {})}
 
 
