@@ -159,7 +159,7 @@ def test_the_learner_reports_the_gradient_norm_before_the_clip_and_the_advantage
         algo.stop()
 
 
-def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_float32() -> None:
+def test_the_encoder_passes_run_under_the_learners_autocast_and_the_heads_and_losses_in_float32() -> None:
     algo = _config(env="kuberl_testing.image_envs:StackedBeacon", env_config={"size": 42, "max_steps": 8},
                    target_update_interval=2, model={"conv": [[8, 8, 4]], "hidden": [16]}).build()
     try:
@@ -167,8 +167,11 @@ def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_fl
         learner.bf16 = True  # spec.learner.bf16: autocast on the learner's device, here the CPU
         seen: list[torch.dtype] = []
         target_seen: list[torch.dtype] = []
+        heads: list[torch.dtype] = []
         algo.model.policy.encoder.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
         learner.target_policy.encoder.register_forward_hook(lambda _m, _i, out: target_seen.append(out.dtype))
+        for head in (algo.model.policy.out, algo.model.critic_out, learner.target_policy.out):
+            head.register_forward_hook(lambda _m, _i, out: heads.append(out.dtype))
         d = _train_batch(algo)
         e = learner.evaluate(d)
         assert {t.dtype for t in (e.logp, e.entropy, e.values, e.next_values)} == {torch.float32}
@@ -176,6 +179,8 @@ def test_the_forward_passes_run_under_the_learners_autocast_and_the_losses_in_fl
         assert all(np.isfinite(list(t.values())).all() for t in terms)
         assert set(seen) == {torch.bfloat16} and len(seen) >= 4
         assert target_seen == [torch.bfloat16]  # one update of the three was not right after a sync
+        # The heads run in float32: bfloat16 logits put log pi(a|s) off by as much as a policy step moves it.
+        assert set(heads) == {torch.float32} and len(heads) >= len(seen) + len(target_seen)
         assert all(p.dtype == torch.float32 for p in algo.model.parameters())  # weights stay float32
     finally:
         algo.stop()

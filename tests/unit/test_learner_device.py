@@ -97,3 +97,32 @@ def test_bf16_ppo_runs_its_heads_in_float32_and_takes_the_behaviour_log_probabil
         assert not np.allclose(sampled, batch["logp"].numpy(), rtol=0, atol=1e-6)
     finally:
         algo.stop()
+
+
+def test_bf16_q_learner_runs_its_body_under_autocast_and_its_dueling_heads_in_float32() -> None:
+    from gymnasium import spaces
+
+    from kuberl.api.hyperparams import DQNParams
+    from kuberl.trainer.learners.q import QLearner
+    from kuberl.trainer.models.encoders import EncoderSpec
+    from kuberl.trainer.models.q_network import q_network
+
+    obs_space, n = spaces.Box(0, 255, (4, 42, 42), np.uint8), 3
+    network = q_network(obs_space, spaces.Discrete(n), EncoderSpec(conv=((8, 8, 4),), conv_hidden=(16,)), True)
+    learner = QLearner(network, DQNParams(lr=0.01), torch.device("cpu"), bf16=True)
+    dtypes: dict[str, list[torch.dtype]] = {"body": [], "heads": []}
+    for net in (learner.online, learner.target):
+        net.body.register_forward_hook(lambda _m, _i, out: dtypes["body"].append(out.dtype))
+        for head in (net.advantage, net.value):
+            head.register_forward_hook(lambda _m, _i, out: dtypes["heads"].append(out.dtype))
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.integers(0, 255, (16, *obs_space.shape), dtype=np.uint8),
+             "next_obs": rng.integers(0, 255, (16, *obs_space.shape), dtype=np.uint8),
+             "action": rng.integers(0, n, 16), "reward": rng.normal(size=16).astype(np.float32),
+             "discount": np.full(16, 0.99, np.float32)}
+    before = [p.detach().clone() for p in learner.online.parameters()]
+    td_errors = learner.update(batch)
+    # online(obs), target(next_obs) and online(next_obs) for double Q: three bodies, two heads each.
+    assert dtypes == {"body": [torch.bfloat16] * 3, "heads": [torch.float32] * 6}
+    assert np.isfinite(td_errors).all() and all(p.dtype == torch.float32 for p in learner.online.parameters())
+    assert any(not torch.equal(a, p) for a, p in zip(before, learner.online.parameters(), strict=True))

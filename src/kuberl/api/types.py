@@ -151,7 +151,9 @@ class LearnerSpec(StrictModel):
         False,
         description="Run the learner's forward passes under bfloat16 autocast (weights and optimizer stay "
         "float32): on the GPU, or on a CPU with bfloat16 instructions (avx512_bf16, AMX), where it about halves "
-        "a conv learner's update time. Off by default: measure it on your hardware first.",
+        "a conv learner's update time. PPO, IMPALA, APPO, DQN and Ape-X run only their encoders in bfloat16 and "
+        "their heads in float32; SAC runs its whole networks in it. Off by default: measure it on your hardware "
+        "first.",
     )
     threads: int | None = Field(
         None, ge=1, le=256,

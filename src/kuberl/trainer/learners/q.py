@@ -67,16 +67,18 @@ class QLearner:
         self._q_sum = 0.0
         self._stat_count = 0
 
+    def _autocast(self) -> Any:
+        """bfloat16 autocast for the Q-networks' bodies where `spec.learner.bf16` asks for it."""
+        return learner_autocast(self.device, self.bf16)
+
     def update(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         """One step on a replay sample (obs, action, reward, next_obs, discount[, weights]); |TD errors| back."""
         t = to_device({k: batch[k] for k in (*TRANSITION_KEYS, "weights") if k in batch}, self.device)
-        with learner_autocast(self.device, self.bf16):
-            q = self.online(t["obs"]).float()
+        q = self.online(t["obs"], self._autocast)
         q_taken = q.gather(1, t["action"].long().unsqueeze(1)).squeeze(1)
-        with torch.no_grad(), learner_autocast(self.device, self.bf16):
-            next_q_target = self.target(t["next_obs"]).float()
-            next_q_online = self.online(t["next_obs"]).float() if self.params.double_q else None
         with torch.no_grad():
+            next_q_target = self.target(t["next_obs"], self._autocast)
+            next_q_online = self.online(t["next_obs"], self._autocast) if self.params.double_q else None
             targets = q_targets(t["reward"], t["discount"], next_q_target, next_q_online)
         loss, td_errors = weighted_huber_loss(q_taken, targets, t.get("weights"))
         self.optimizer.zero_grad(set_to_none=True)

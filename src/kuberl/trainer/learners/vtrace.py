@@ -118,8 +118,8 @@ class VTraceLearner:
         self.target_is_current = True  # no update since the last sync: pi_target is pi, bit for bit
 
     def autocast(self) -> Any:
-        """bfloat16 autocast for the forward passes where `spec.learner.bf16` asks for it (CUDA); what they give
-        is cast back to float32 for V-trace and the losses."""
+        """bfloat16 autocast for the encoders' passes where `spec.learner.bf16` asks for it (CUDA, or a CPU with
+        bfloat16 instructions); the heads, V-trace and the losses run in float32."""
         return learner_autocast(self.device, self.bf16)
 
     # -- the update, top to bottom -------------------------------------------------------------------
@@ -152,16 +152,14 @@ class VTraceLearner:
     def evaluate(self, d: dict[str, torch.Tensor]) -> Evaluation:
         """Steps 1 and 2: log pi(a|s), entropy and V(s) from one pass, and V(next_obs) mostly reused."""
         T, B = d["rewards"].shape
-        with self.autocast():
-            inputs, values = self.model.evaluate(d["obs"].flatten(0, 1))
-        inputs, values = inputs.float(), values.float().view(T, B)
+        inputs, values = self.model.evaluate(d["obs"].flatten(0, 1), self.autocast)
+        values = values.view(T, B)
         logp, entropy = self.model.policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
         with torch.no_grad():
             reuse, compute = bootstrap_rows(d["terminateds"], d["dones"], d["valid"])
             computed = None
             if compute.any():
-                with self.autocast():
-                    computed = self.model.value(d["next_obs"][compute]).float()
+                computed = self.model.value(d["next_obs"][compute], self.autocast)
             next_values = next_values_from(values.detach(), reuse, computed, compute)
         return Evaluation(logp.view(T, B), entropy.view(T, B), values, next_values)
 
@@ -170,9 +168,8 @@ class VTraceLearner:
         if self.target_policy is None or self.target_is_current:
             return current.logp.detach()
         with torch.no_grad():
-            with self.autocast():
-                inputs = self.target_policy(d["obs"].flatten(0, 1))
-            target_logp, _ = self.target_policy.log_prob_entropy(inputs.float(), d["actions"].flatten(0, 1))
+            inputs = self.target_policy(d["obs"].flatten(0, 1), self.autocast)
+            target_logp, _ = self.target_policy.log_prob_entropy(inputs, d["actions"].flatten(0, 1))
         return target_logp.view_as(current.logp)
 
     def _follow_target(self) -> None:

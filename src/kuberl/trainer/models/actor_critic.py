@@ -23,6 +23,8 @@ from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_
 from kuberl.trainer.models.mlp import mlp, obs_size
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+# The learner's bfloat16 autocast (`spec.learner.bf16`), given to the models' passes to cover their encoders only.
+Autocast = Callable[[], ContextManager[Any]]
 
 
 def _policy_net(observation_space: gym.Space, n_out: int, encoder: EncoderSpec) -> nn.Sequential:
@@ -90,7 +92,7 @@ class ActorCritic(nn.Module):
         else:
             self.critic = mlp(obs_size(observation_space), hidden, 1, activation, out_gain=1.0)
 
-    def value(self, obs: torch.Tensor, autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    def value(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext
               ) -> torch.Tensor:
         """V(s); `autocast` covers the shared conv encoder only (see `evaluate`)."""
         if self.shared:
@@ -100,7 +102,7 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
-                 autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+                 autocast: Autocast = contextlib.nullcontext
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """log pi(a|s), the entropy and V(s), with one encoder pass where the encoder is shared.
 

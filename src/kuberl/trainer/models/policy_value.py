@@ -9,13 +9,15 @@ here): one encoder pass gives both heads, which halves the learner's work.
 
 from __future__ import annotations
 
+import contextlib
+
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from kuberl.trainer.models.actor_critic import log_prob_entropy
+from kuberl.trainer.models.actor_critic import Autocast, log_prob_entropy
 from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space
 from kuberl.trainer.models.mlp import layer
 
@@ -32,8 +34,11 @@ class PolicyHead(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(n_out))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.out(self.encoder(obs))
+    def forward(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
+        """The distribution's inputs; `autocast` covers the encoder only (see `PolicyValueNet.evaluate`)."""
+        with autocast():
+            features = self.encoder(obs)
+        return self.out(features.float())
 
     def distribution(self, inputs: torch.Tensor) -> Distribution:
         if self.discrete:
@@ -77,15 +82,23 @@ class PolicyValueNet(nn.Module):
         self.critic_encoder = None if self.shared else build_encoder(observation_space, encoder)
         self.critic_out = layer(self.policy.encoder.out_features, 1, 1.0)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
         encoder = self.policy.encoder if self.shared else self.critic_encoder
-        return self.critic_out(encoder(obs)).squeeze(-1)
+        with autocast():
+            features = encoder(obs)
+        return self.critic_out(features.float()).squeeze(-1)
 
-    def evaluate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The action distribution's inputs and V(s), with one encoder pass where the encoder is shared."""
+    def evaluate(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action distribution's inputs and V(s), with one encoder pass where the encoder is shared.
+
+        `autocast` (the learner's bfloat16, `spec.learner.bf16`) covers the encoders only: the heads run in
+        float32, as PPO's (`ActorCritic.evaluate` says why)."""
         if not self.shared:
-            return self.policy(obs), self.value(obs)
-        features = self.policy.encoder(obs)
+            return self.policy(obs, autocast), self.value(obs, autocast)
+        with autocast():
+            features = self.policy.encoder(obs)
+        features = features.float()
         return self.policy.out(features), self.critic_out(features).squeeze(-1)
 
     def clip_groups(self) -> list[list[nn.Parameter]]:

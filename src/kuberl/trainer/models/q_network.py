@@ -5,6 +5,7 @@ The encoder is a conv stack for image observations and an MLP body for vectors (
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import CommonParams, DQNParams
+from kuberl.trainer.models.actor_critic import Autocast
 from kuberl.trainer.models.encoders import (
     ConvEncoder,
     EncoderSpec,
@@ -42,8 +44,12 @@ class QNetwork(nn.Module):
         self.advantage = layer(size, n_actions, 1.0)
         self.value = layer(size, 1, 1.0) if dueling else None
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        features = self.body(obs.float().flatten(1) if self.flat else obs)
+    def forward(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
+        """Q(s, .); `autocast` (the learner's bfloat16) covers the body only: the heads run in float32, where
+        bfloat16's 8-bit mantissa would round a Q-value of 10 to steps of 0.06, larger than most TD errors."""
+        with autocast():
+            features = self.body(obs.float().flatten(1) if self.flat else obs)
+        features = features.float()
         advantage = self.advantage(features)
         if self.value is None:
             return advantage
