@@ -34,7 +34,7 @@ test: $(STAMP) tools ## run the unit and integration tests
 	$(BIN)/python -m pytest -q --durations=25 tests
 
 e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)
-	$(BIN)/python -m pytest -q e2e --ignore=e2e/control_plane
+	$(BIN)/python -m pytest -q --durations=10 e2e --ignore=e2e/control_plane
 
 # etcd 3.4 and Kubernetes v1.20.2's kube-apiserver, kube-controller-manager and kube-scheduler,
 # built from Debian 12's sources (apt, as root) once into KUBERL_CONTROL_PLANE_CACHE.
@@ -43,7 +43,7 @@ control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k
 
 # Every scenario of e2e/test_experiments.py on the real control plane, and e2e/control_plane/'s tests.
 e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the e2e scenarios and the real-server tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
-	E2E_CLUSTER=control-plane $(BIN)/python -m pytest -q -rs e2e
+	E2E_CLUSTER=control-plane $(BIN)/python -m pytest -q -rs --durations=10 e2e
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
