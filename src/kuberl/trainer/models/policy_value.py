@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from kuberl.trainer.models.actor_critic import Autocast, log_prob_entropy
+from kuberl.trainer.models.actor_critic import Autocast, encode, log_prob_entropy
 from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space
 from kuberl.trainer.models.mlp import layer
 
@@ -36,9 +36,7 @@ class PolicyHead(nn.Module):
 
     def forward(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
         """The distribution's inputs; `autocast` covers the encoder only (see `PolicyValueNet.evaluate`)."""
-        with autocast():
-            features = self.encoder(obs)
-        return self.out(features.float())
+        return self.out(encode(self.encoder, obs, autocast))
 
     def distribution(self, inputs: torch.Tensor) -> Distribution:
         if self.discrete:
@@ -84,9 +82,7 @@ class PolicyValueNet(nn.Module):
 
     def value(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
         encoder = self.policy.encoder if self.shared else self.critic_encoder
-        with autocast():
-            features = encoder(obs)
-        return self.critic_out(features.float()).squeeze(-1)
+        return self.critic_out(encode(encoder, obs, autocast)).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext
                  ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,9 +92,7 @@ class PolicyValueNet(nn.Module):
         float32, as PPO's (`ActorCritic.evaluate` says why)."""
         if not self.shared:
             return self.policy(obs, autocast), self.value(obs, autocast)
-        with autocast():
-            features = self.policy.encoder(obs)
-        features = features.float()
+        features = encode(self.policy.encoder, obs, autocast)
         return self.policy.out(features), self.critic_out(features).squeeze(-1)
 
     def clip_groups(self) -> list[list[nn.Parameter]]:

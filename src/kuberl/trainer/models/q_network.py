@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import CommonParams, DQNParams
-from kuberl.trainer.models.actor_critic import Autocast
+from kuberl.trainer.models.actor_critic import Autocast, encode
 from kuberl.trainer.models.encoders import (
     ConvEncoder,
     EncoderSpec,
@@ -45,11 +45,8 @@ class QNetwork(nn.Module):
         self.value = layer(size, 1, 1.0) if dueling else None
 
     def forward(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
-        """Q(s, .); `autocast` (the learner's bfloat16) covers the body only: the heads run in float32, where
-        bfloat16's 8-bit mantissa would round a Q-value of 10 to steps of 0.06, larger than most TD errors."""
-        with autocast():
-            features = self.body(obs.float().flatten(1) if self.flat else obs)
-        features = features.float()
+        """Q(s, .); `autocast` (the learner's bfloat16) covers the body only, the heads run in float32 (`encode`)."""
+        features = encode(self.body, obs.float().flatten(1) if self.flat else obs, autocast)
         advantage = self.advantage(features)
         if self.value is None:
             return advantage
