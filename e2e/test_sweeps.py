@@ -22,9 +22,10 @@ pytestmark = pytest.mark.timeout(900)
 
 def sweep_manifest(name: str, cluster: Any) -> dict[str, Any]:
     # A budget the lagging trial cannot finish before the operator has seen it lag: its 5-step episodes run
-    # at several thousand steps a second, and the operator reads a trial's status every 10 s.
+    # at about 4,500 steps a second, so it lives about 20 s, and the test clusters' operators read a trial's
+    # status every 1 s (the stand-in, the control plane) or 2 s (kind). It was pruned at about 22k steps.
     template = tiny_ppo("template", cluster, rollouts={"workers": 0, "envsPerWorker": 4, "fragmentLength": 64},
-                        workers={"replicas": 0}, stop={"timesteps": 327_680})["spec"]
+                        workers={"replicas": 0}, stop={"timesteps": 98_304})["spec"]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RLSweep",
             "metadata": {"name": name, "namespace": cluster.namespace},
             "spec": {"template": template,
