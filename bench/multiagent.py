@@ -34,30 +34,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with 
 from rllib_runner import DEFAULT_PYTHON, ratio, run_script  # noqa: E402
 
 AGENTS = 3
-TASKS: dict[str, dict[str, Any]] = {
-    # The settings of examples/multiagent-spread-ppo.yaml.
-    "spread": {"env": {"id": "mpe2:simple_spread_v3", "config": {"N": AGENTS, "max_cycles": 25,
-                                                                 "continuous_actions": False}},
-               "config": {"lr": 0.0003, "numEpochs": 10, "entropyCoeff": 0.01},
-               "rollouts": {"workers": 0, "envsPerWorker": 8, "fragmentLength": 100}},
-    "speaker-listener": {"env": {"id": "mpe2:simple_speaker_listener_v4", "config": {"max_cycles": 25}},
-                         "config": {"lr": 0.0003, "numEpochs": 10, "entropyCoeff": 0.01},
-                         "rollouts": {"workers": 0, "envsPerWorker": 8, "fragmentLength": 100},
-                         "multiAgent": {"policies": [{"name": "speaker", "agents": ["speaker_0"]},
-                                                     {"name": "listener", "agents": ["listener_0"]}]}},
-    "pistonball": {"env": {"id": "pettingzoo.butterfly:pistonball_v6",
-                           "config": {"n_pistons": 10, "continuous": True, "max_cycles": 125}},
-                   "config": {"lr": 0.0003, "minibatchSize": 512, "numEpochs": 4,
-                              "model": {"conv": [[16, 8, 8], [32, 4, 4], [32, 3, 2]], "hidden": [256]}},
-                   "rollouts": {"workers": 0, "envsPerWorker": 2, "fragmentLength": 125}},
-}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# Each task trains its example's env, wrappers, settings and policies (the example's seed aside).
+TASK_EXAMPLES = {"spread": "multiagent-spread-ppo.yaml", "speaker-listener": "multiagent-speaker-listener.yaml",
+                 "pistonball": "multiagent-pistonball-ppo.yaml"}
 
 
-def kuberl_run(task: str, seed: int, env_steps: int) -> dict[str, Any]:
+def task_spec(task: str, workers: int = 0) -> dict[str, Any]:
+    """The example's spec without its cluster parts, sampled by `workers` rollout workers (0: in the learner's
+    process) of the example's envs and fragments."""
+    import yaml
+
+    spec = yaml.safe_load((EXAMPLES / TASK_EXAMPLES[task]).read_text())["spec"]
+    rollouts = {"workers": workers, **{k: spec["rollouts"][k] for k in ("envsPerWorker", "fragmentLength")}}
+    return {"algorithm": spec["algorithm"], "env": spec["env"], "rollouts": rollouts,
+            "config": {k: v for k, v in spec["config"].items() if k != "seed"},
+            **({"multiAgent": spec["multiAgent"]} if "multiAgent" in spec else {})}
+
+
+def kuberl_run(task: str, seed: int, env_steps: int, workers: int = 0) -> dict[str, Any]:
     from kuberl.api.validation import validate_document
     from kuberl.trainer.algorithms.config import AlgorithmConfig
 
-    spec = {"algorithm": "ppo", **json.loads(json.dumps(TASKS[task])), "stop": {"timesteps": env_steps}}
+    spec = {**task_spec(task, workers), "stop": {"timesteps": env_steps}}
     spec["config"]["seed"] = seed
     experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
                                     "metadata": {"name": f"bench-{task}"}, "spec": spec})
@@ -65,22 +64,24 @@ def kuberl_run(task: str, seed: int, env_steps: int) -> dict[str, Any]:
     algo = AlgorithmConfig.from_experiment(experiment).build()
     startup = time.perf_counter() - started
     t0 = time.perf_counter()
-    curve: list[tuple[int, float | None]] = []
+    curve: list[tuple[float, int, float | None]] = []  # (seconds since the build began, env steps, team return)
     agent_steps = 0
     try:
         while algo.timesteps < env_steps:
             result = algo.train()
             agent_steps += result["agentSteps"]
-            curve.append((result["timesteps"], result["episodeReturnMean"]))
+            curve.append((time.perf_counter() - started, result["timesteps"], result["episodeReturnMean"]))
+            if len(curve) % 20 == 1:
+                print(f"  {curve[-1][0]:.0f}s {curve[-1][1]:,} env steps: team return {curve[-1][2]}", flush=True)
         elapsed = time.perf_counter() - t0
         evaluation = algo.evaluate(20)
     finally:
         algo.stop()
     return {"side": "kuberl", "task": task, "seed": seed, "timeSeconds": elapsed, "startupSeconds": startup,
             "timesteps": result["timesteps"], "agentSteps": agent_steps, "episodeReturnMean": result["episodeReturnMean"],
-            "firstReturnMean": curve[0][1], "evaluationReturnMean": evaluation["episodeReturnMean"],
-            "policies": {name: p["episodeReturnMean"] for name, p in result["policies"].items()},
-            "curve": curve[:: max(1, len(curve) // 20)]}
+            "firstReturnMean": next((r for _, _, r in curve if r is not None), None),
+            "evaluationReturnMean": evaluation["episodeReturnMean"],
+            "policies": {name: p["episodeReturnMean"] for name, p in result["policies"].items()}, "curve": curve}
 
 
 RLLIB_SCRIPT = r"""
@@ -142,7 +143,7 @@ ray.shutdown()
 """
 
 
-# kuberl's spread settings (TASKS["spread"] and PPOParams' defaults) in RLlib 2.60's names; --rllib-defaults: none
+# kuberl's spread settings (examples/multiagent-spread-ppo.yaml and PPOParams' defaults) in RLlib 2.60's names; --rllib-defaults: none
 # of these, RLlib's own PPO defaults (lr 5e-5, 30 epochs, minibatches of 128, lambda 1.0, clip 0.3, a KL loss,
 # 4,000 env steps a batch, [256, 256] layers). RLlib has no tuned example for MPE; its multi-agent tuned PPO
 # examples (tuned_examples/ppo/multi_agent_{cartpole,pendulum}_ppo.py) keep lr 3e-4 and a shared-policy mapping
@@ -170,7 +171,7 @@ def rllib_spec(seed: int, env_steps: int, env_runners: int | None, rllib_default
                                          "num_envs_per_env_runner": RLLIB_ENVS_PER_RUNNER}
     if env_runners is not None:
         runners["num_env_runners"] = env_runners
-    return {"seed": seed, "env_steps": env_steps, "env_config": TASKS["spread"]["env"]["config"],
+    return {"seed": seed, "env_steps": env_steps, "env_config": task_spec("spread")["env"]["config"],
             "training": {} if rllib_defaults else RLLIB_TRAINING, "model": {} if rllib_defaults else RLLIB_MODEL,
             "env_runners": runners}
 
@@ -202,7 +203,8 @@ def goal(kuberl: list[dict[str, Any]], rllib: list[dict[str, Any]]) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", choices=sorted(TASKS), default="spread")
+    parser.add_argument("--task", choices=sorted(TASK_EXAMPLES), default="spread")
+    parser.add_argument("--workers", type=int, default=0, help="kuberl's rollout workers (0: in-process sampling)")
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--env-steps", type=int, default=None, help="default: 1M agent steps (spread: 333,334)")
     parser.add_argument("--smoke", action="store_true", help="one seed, 2,000 env steps unless --env-steps")
@@ -212,13 +214,14 @@ def main() -> None:
                         help=f"default: {RLLIB_ENV_RUNNERS} of {RLLIB_ENVS_PER_RUNNER} envs (--rllib-defaults: RLlib's)")
     parser.add_argument("--rllib-defaults", action="store_true", help="RLlib's PPO defaults, not kuberl's settings")
     parser.add_argument("--out", type=Path, help="write every run's figures here as JSON")
+    parser.add_argument("--plot", type=Path, help="draw kuberl's curves (team return against time and env steps)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")][:1 if args.smoke else None]
     env_steps = args.env_steps or (2_000 if args.smoke else -(-1_000_000 // AGENTS))
 
     runs = []
     for seed in seeds:
-        run = kuberl_run(args.task, seed, env_steps)
+        run = kuberl_run(args.task, seed, env_steps, args.workers)
         runs.append(run)
         print(f"kuberl {args.task} seed {seed}: team return {run['firstReturnMean']:.1f} -> "
               f"{run['episodeReturnMean']:.1f} (greedy {run['evaluationReturnMean']:.1f}) after "
@@ -244,6 +247,12 @@ def main() -> None:
         print("goal:", json.dumps(goal(runs, [r for r in rllib_runs if "error" not in r])))
     if args.out:
         args.out.write_text(json.dumps({"kuberl": runs, "rllib": rllib_runs}, indent=1))
+    if args.plot:
+        from score_curve import plot_score
+
+        plot_score({f"kuberl seed {r['seed']}": [p for p in r["curve"] if p[2] is not None] for r in runs}, None,
+                   f"{task_spec(args.task)['env']['id']}: kuberl PPO", args.plot,
+                   score_label="100-episode mean team return", steps_label="env steps (millions; every agent acts)")
 
 
 if __name__ == "__main__":

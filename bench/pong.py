@@ -81,6 +81,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-pong"))
     parser.add_argument("--rllib", action="store_true", help="also RLlib 2.60 APPO, after kuberl")
     parser.add_argument("--only-rllib", action="store_true", help="RLlib alone (kuberl's runs already in --out)")
+    parser.add_argument("--rllib-seeds", help="RLlib's seeds, if not --seeds (one run of each per session)")
     parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
     args = parser.parse_args()
@@ -99,7 +100,7 @@ def main() -> int:
     kuberl = [run["summary"] for run in runs.values()]
     sticky = kuberl[0]["sticky_actions"]
     if args.rllib or args.only_rllib:
-        for seed in seeds:
+        for seed in [int(s) for s in args.rllib_seeds.split(",")] if args.rllib_seeds else seeds:
             run = rllib_seed(seed, args.cap, sticky, args.rllib_python)
             (args.out / f"pong-rllib-seed{seed}.json").write_text(json.dumps(run, indent=0))
             runs[f"RLlib APPO seed {seed}"] = run

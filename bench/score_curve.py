@@ -74,9 +74,11 @@ def summary(run: ScoreRun, goal: float) -> dict[str, Any]:
     }
 
 
-def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: float, title: str,
-               path: Path) -> None:
-    """`curves`: name -> [(wall seconds, env steps or None, score)]; the score against minutes and env steps."""
+def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: float | None, title: str,
+               path: Path, *, score_label: str = "100-game mean score",
+               steps_label: str = "env steps (millions; 4 frames each)") -> None:
+    """`curves`: name -> [(wall seconds, env steps or None, score)]; the score against minutes and env steps,
+    with the goal (if any) as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,10 +90,11 @@ def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: f
         stepped = [(n, v) for _, n, v in points if n is not None]
         if stepped:
             axes[1].plot([n / 1e6 for n, _ in stepped], [v for _, v in stepped], label=name)
-    for ax, label in ((axes[0], "wall minutes (build included)"), (axes[1], "env steps (millions; 4 frames each)")):
-        ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
+    for ax, label in ((axes[0], "wall minutes (build included)"), (axes[1], steps_label)):
+        if goal is not None:
+            ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(label)
-        ax.set_ylabel("100-game mean score")
+        ax.set_ylabel(score_label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)

@@ -145,15 +145,21 @@ def test_two_policies_of_heterogeneous_agents_learn_together() -> None:
 
 @pytest.mark.slow
 def test_pistonball_trains_one_conv_policy_shared_by_its_pistons() -> None:
-    """A real PettingZoo pixel env: RGB frames [457, 120, 3] stay uint8 into the learner's batch, continuous actions."""
+    """A real PettingZoo pixel env: RGB crops [457, 120, 3] through SuperSuit's wrappers (spec.env.wrappers) into
+    3 stacked 42x42 frames, uint8 into the learner's batch; continuous actions; the evaluation env is wrapped too."""
     text = PIXELS.replace('"kuberl_testing.multi_agent_envs:PixelSidesEnv"}', (
-        '"pettingzoo.butterfly:pistonball_v6", config: {n_pistons: 4, continuous: true, max_cycles: 20}}')).replace(
+        '"pettingzoo.butterfly:pistonball_v6", config: {n_pistons: 4, continuous: true, max_cycles: 20}, '
+        'wrappers: [{name: "supersuit:color_reduction_v0", kwargs: {mode: B}}, '
+        '{name: "supersuit:resize_v1", kwargs: {x_size: 42, y_size: 42}}, '
+        '{name: "supersuit:frame_stack_v1", kwargs: {stack_size: 3}}]}')).replace(
         "model: {conv: [[8, 3, 2]], hidden: [32]}", "minibatchSize: 20, numEpochs: 1, "
-        "model: {conv: [[8, 8, 8], [16, 4, 4]], hidden: [32]}").replace("envsPerWorker: 8", "envsPerWorker: 1")
+        "model: {conv: [[8, 8, 4], [16, 4, 2]], hidden: [32]}").replace("envsPerWorker: 8", "envsPerWorker: 1")
     with build(text) as algo:
         batch = algo.sampler.local_worker.sample().policy_batches["shared"]
-        assert batch.data["obs"].dtype == np.uint8 and batch.data["obs"].shape == (20, 4, 457, 120, 3)
+        assert batch.data["obs"].dtype == np.uint8 and batch.data["obs"].shape == (20, 4, 42, 42, 3)
         assert batch.data["actions"].shape == (20, 4, 1)
         result = algo.train()
         assert result["agentSteps"] == 4 * 20 and result["policies"]["shared"]["learner"]["updates"] > 0
         assert len(result["agents"]) == 4  # one episode (20 cycles) finished: every piston's return
+        played = algo.evaluate(1)  # the policy takes only the wrapped frames: a raw crop would not fit its conv
+        assert played["episodes"] == 1 and 1 <= played["episodeLengthMean"] <= 20

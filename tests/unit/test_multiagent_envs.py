@@ -92,3 +92,51 @@ def test_an_observation_filter_is_refused() -> None:
     found = errors(RELAY, config={"observationFilter": "mean_std"}, checkpoint={"export": ["onnx"]},
                    evaluation={"interval": 1, "workers": 2, "video": {}})
     assert set(found) == {"spec.config.observationFilter"}
+
+
+PISTONBALL = "pettingzoo.butterfly:pistonball_v6"
+SMALL_PISTONBALL = {"n_pistons": 3, "continuous": True, "max_cycles": 5}
+SHRINK = [{"name": "supersuit:color_reduction_v0", "kwargs": {"mode": "B"}},
+          {"name": "supersuit:resize_v1", "kwargs": {"x_size": 42, "y_size": 42}},
+          {"name": "supersuit:frame_stack_v1", "kwargs": {"stack_size": 3}}]
+
+
+def test_wrappers_wrap_the_parallel_env_in_order() -> None:
+    """SuperSuit's wrappers take the ParallelEnv: pistonball's 457x120 RGB crops become 3 stacked 42x42 frames,
+    in the spaces the policies are built for and in the env the workers step."""
+    from kuberl.trainer.multiagent.envs import spec_agent_spaces
+
+    spec = experiment(PISTONBALL, env_config=SMALL_PISTONBALL).spec
+    raw = spec_agent_spaces(spec.env).observation_spaces["piston_0"]
+    assert raw.shape == (457, 120, 3)
+    wrapped_spec = experiment(PISTONBALL, env_config=SMALL_PISTONBALL, env={
+        "id": PISTONBALL, "config": SMALL_PISTONBALL, "wrappers": SHRINK}).spec
+    space = spec_agent_spaces(wrapped_spec.env).observation_spaces["piston_0"]
+    assert space.shape == (42, 42, 3) and space.dtype.name == "uint8"
+    assert errors(PISTONBALL, env={"id": PISTONBALL, "config": SMALL_PISTONBALL, "wrappers": SHRINK}) == {}
+
+
+def test_a_wrapper_that_cannot_wrap_is_named_by_its_field() -> None:
+    def found(wrappers: list[dict]) -> dict[str, str]:
+        return errors(RELAY, env={"id": RELAY, "wrappers": wrappers})
+
+    assert "cannot import module 'no_such_package'" in found(
+        [{"name": "no_such_package:resize"}])["spec.env.wrappers[0].name"]
+    assert "does not take these kwargs" in found(
+        [SHRINK[2], {"name": "supersuit:frame_stack_v1", "kwargs": {"depth": 3}}])["spec.env.wrappers[1].kwargs"]
+    assert "not callable" in found([{"name": "supersuit:__version__"}])["spec.env.wrappers[0].name"]
+    assert "not a PettingZoo ParallelEnv" in found([{"name": "builtins:repr"}])["spec.env.wrappers[0].name"]
+
+
+def test_atari_preprocessing_is_refused_for_a_multi_agent_env() -> None:
+    assert "spec.env.wrappers" in errors(RELAY, env={"id": RELAY, "preprocessing": "atari"})["spec.env.preprocessing"]
+
+
+def test_a_shared_policy_minibatch_counts_the_agents_rows() -> None:
+    """8 x 20 env steps of 3 agents are 480 rows for the shared policy: a minibatch of 400 fits. The API cannot
+    know the agents, so it leaves the check to the env checks, which pass it for a multi-agent env and still
+    refuse it for a gymnasium.Env class (the same id form)."""
+    rollouts = {"workers": 0, "envsPerWorker": 8, "fragmentLength": 20}
+    assert errors("mpe2:simple_spread_v3", config={"minibatchSize": 400}, rollouts=rollouts) == {}
+    found = errors("kuberl_testing.catch_env:PixelCatch", config={"minibatchSize": 400}, rollouts=rollouts)
+    assert found["spec.config.minibatchSize"].startswith("must be <= the train batch (160")

@@ -82,13 +82,14 @@ def test_it_keeps_a_bounded_number_of_settings() -> None:
 
 def test_a_multi_agent_env_is_built_once_for_its_agent_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
     from kuberl.trainer.multiagent import envs
+    from kuberl.trainer.sampling.wrappers import WrapperSettings
 
     built = []
     real = envs.make_parallel_env
 
-    def counting(env_id: str, config: dict | None = None) -> object:
+    def counting(env_id: str, config: dict | None = None, wrappers=()) -> object:
         built.append(env_id)
-        return real(env_id, config)
+        return real(env_id, config, wrappers)
 
     monkeypatch.setattr(envs, "make_parallel_env", counting)
     first = envs.agent_spaces("mpe2:simple_spread_v3", {"N": 2})
@@ -96,3 +97,6 @@ def test_a_multi_agent_env_is_built_once_for_its_agent_spaces(monkeypatch: pytes
     three = envs.agent_spaces("mpe2:simple_spread_v3", {"N": 3})
     assert len(built) == 2
     assert second is first and len(first.agents) == 2 and len(three.agents) == 3
+    wide = envs.agent_spaces("mpe2:simple_spread_v3", {"N": 2},
+                             (WrapperSettings("supersuit:dtype_v0", {"dtype": "float64"}),))
+    assert len(built) == 3 and wide.observation_spaces["agent_0"].dtype.name == "float64"  # wrappers: a new key

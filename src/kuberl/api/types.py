@@ -76,7 +76,8 @@ WRAPPER_NAME_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(\.[A-Za-z_]\w*|:[A-Za-z_
 
 class WrapperSpec(StrictModel):
     name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": WRAPPER_NAME_PATTERN},
-                      description='A gymnasium.Wrapper: "gymnasium.wrappers.ClipAction" or "package.module:Class".')
+                      description='A gymnasium.Wrapper: "gymnasium.wrappers.ClipAction" or "package.module:Class"; for '
+                      'a multi-agent env, a callable taking the ParallelEnv: "supersuit:resize_v1".')
     kwargs: FreeForm = Field(default_factory=dict, description="Keyword arguments for the wrapper.")
 
     @field_validator("name")
@@ -113,7 +114,9 @@ class EnvSpec(StrictModel):
     wrappers: list[WrapperSpec] = Field(
         default_factory=list, max_length=32,
         description="Wrappers applied in order, after any preprocessing: a list of {name, kwargs}, name a "
-        "gymnasium.Wrapper as \"gymnasium.wrappers.ClipAction\" or \"package.module:Class\".",
+        "gymnasium.Wrapper as \"gymnasium.wrappers.ClipAction\" or \"package.module:Class\". A multi-agent "
+        "(PettingZoo) env takes callables that wrap its ParallelEnv, such as SuperSuit's (\"supersuit:resize_v1\", "
+        "\"supersuit:frame_stack_v1\"; docs/multi-agent.md).",
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -273,18 +274,31 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
             errors.append(FieldError("spec.checkpoint.keepBest", "needs spec.evaluation"))
     if entry.off_policy and spec.replay.capacity < max(shards, spec.replay.shards or 0):
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
-    params = _params_or_none(experiment)
-    # A multi-agent policy's batch also counts its agents, which only the env knows.
-    if isinstance(params, PPOParams) and "minibatch_size" in params.model_fields_set and spec.multi_agent is None:
-        batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)
-        if params.minibatch_size > batch:
-            errors.append(
-                FieldError(
-                    "spec.config.minibatchSize",
-                    f"must be <= the train batch ({batch} = envsPerWorker x fragmentLength x max(1, workers))",
-                )
-            )
+    if not may_name_multi_agent_env(spec.env.id):
+        errors += minibatch_errors(experiment)
     return errors
+
+
+def may_name_multi_agent_env(env_id: str) -> bool:
+    """The id's form is one a PettingZoo env may have ("package:module" or "package.module:factory": a Python name
+    after the colon), which only importing it tells apart from a gymnasium.Env class; a Gymnasium id is not."""
+    _, colon, name = env_id.partition(":")
+    return bool(colon) and re.fullmatch(r"[A-Za-z_][\w.]*", name) is not None
+
+
+def minibatch_errors(experiment: RLExperiment) -> list[FieldError]:
+    """PPO's minibatch larger than its train batch, for a single-agent env (a multi-agent policy's batch also
+    counts its agents, which only the env knows): the API checks it where the id says so, the trainer's env
+    checks where it takes the env to know."""
+    spec, params = experiment.spec, _params_or_none(experiment)
+    if spec.multi_agent is not None or not isinstance(params, PPOParams) or (
+            "minibatch_size" not in params.model_fields_set):
+        return []
+    batch = spec.rollouts.envs_per_worker * spec.rollouts.fragment_length * max(1, spec.rollouts.workers)
+    if params.minibatch_size <= batch:
+        return []
+    return [FieldError("spec.config.minibatchSize",
+                       f"must be <= the train batch ({batch} = envsPerWorker x fragmentLength x max(1, workers))")]
 
 
 MAIN_CONTAINERS = {"head": "head", "workers": "worker"}  # the container names pod.py gives

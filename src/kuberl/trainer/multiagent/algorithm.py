@@ -15,6 +15,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -67,7 +68,8 @@ class MultiAgentAlgorithm(Algorithm):
     learners: dict[str, Any]
 
     def spaces(self) -> EnvSpaces:
-        self.env_agents: AgentSpaces = agent_spaces(self.spec.env.id, self.spec.env.config)
+        env = self.env_settings
+        self.env_agents: AgentSpaces = agent_spaces(env.id, env.config, env.wrappers)
         self.policy_map = PolicyMap.build(self.spec, self.env_agents)
         self.policy_spaces = self.policy_map.spaces(self.env_agents)
         self.policy_hyperparams: dict[str, CommonParams] = {
@@ -154,8 +156,8 @@ class MultiAgentAlgorithm(Algorithm):
 
     def play(self, seeds: list[int], *, explore: bool = False, env_config: dict[str, Any] | None = None,
              record_first: bool = False) -> PlayedMultiAgentEpisodes:
-        config = {**self.spec.env.config, **(env_config or {})}
-        return play_multi_agent(self.spec.env.id, config, self.policy_map.policy,
+        env = replace(self.env_settings, config={**self.env_settings.config, **(env_config or {})})
+        return play_multi_agent(env, self.policy_map.policy,
                                 lambda policy, agent, obs: self.act(policy, agent, obs, explore), seeds,
                                 record_first=record_first)
 

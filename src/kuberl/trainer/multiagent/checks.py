@@ -15,9 +15,10 @@ from kuberl.api.types import RLExperiment
 from kuberl.api.validation import FieldError
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.multiagent.algorithm import ALGORITHMS, UNSUPPORTED
-from kuberl.trainer.multiagent.envs import AgentSpaces, agent_spaces, is_multi_agent
+from kuberl.trainer.multiagent.envs import AgentSpaces, is_multi_agent, spec_agent_spaces
 from kuberl.trainer.run.env_failures import env_construction_errors
 from kuberl.trainer.sampling.env_ids import EnvNotFound
+from kuberl.trainer.sampling.wrappers import WrapperError
 
 
 def _space(space: gym.Space) -> str:
@@ -94,10 +95,9 @@ def _run_errors(experiment: RLExperiment) -> list[FieldError]:
     if spec.config.get("observationFilter", "none") != "none":
         errors.append(FieldError("spec.config.observationFilter", "multi-agent runs keep no observation filter "
                                  "(each policy would need its own); leave it none"))
-    if spec.env.preprocessing != "none" or spec.env.wrappers:
-        path = "spec.env.preprocessing" if spec.env.preprocessing != "none" else "spec.env.wrappers"
-        errors.append(FieldError(path, "applies to Gymnasium envs; wrap a PettingZoo env in your own factory "
-                                 "(package.module:factory) instead"))
+    if spec.env.preprocessing != "none":
+        errors.append(FieldError("spec.env.preprocessing", "applies to Gymnasium envs; wrap a PettingZoo env with "
+                                 "spec.env.wrappers (such as supersuit:resize_v1) instead"))
     return errors
 
 
@@ -110,9 +110,11 @@ def multi_agent_env_errors(experiment: RLExperiment) -> list[FieldError] | None:
                 return [FieldError("spec.multiAgent", f"{spec.env.id!r} is a single-agent env; spec.multiAgent is "
                                    "for PettingZoo envs (such as mpe2:simple_spread_v3)")]
             return None
-        spaces = agent_spaces(spec.env.id, spec.env.config)
+        spaces = spec_agent_spaces(spec.env)
     except EnvNotFound as exc:
         return [FieldError("spec.env.id", str(exc))]
+    except WrapperError as exc:
+        return [FieldError(f"spec.env.wrappers[{exc.index}].{exc.field}", str(exc))]
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's env may raise anything; report it, do not crash
         return env_construction_errors(spec.env.id, exc)
     errors = _run_errors(experiment)

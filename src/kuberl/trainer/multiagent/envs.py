@@ -11,13 +11,17 @@ Two forms (beside the single-agent ones of `kuberl.trainer.sampling.env_ids`):
 `multi_agent_factory(env_id)` says which an id is: a factory for a multi-agent id, None for a single-agent one
 (a Gymnasium id, a gymnasium.Env class). A turn-based AEC env that cannot run in parallel is refused with
 `MultiAgentEnvError` naming the id.
+
+`spec.env.wrappers` wrap the ParallelEnv in order (`wrap_parallel`): each names a callable that takes the env and
+its kwargs and returns a ParallelEnv, as SuperSuit's wrappers do (`supersuit:resize_v1` to shrink pistonball's
+457x120 RGB frames, `supersuit:frame_stack_v1`, ...).
 """
 
 from __future__ import annotations
 
 import importlib
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +29,7 @@ import gymnasium as gym
 
 from kuberl.trainer.sampling.env_ids import EnvNotFound, missing_package_hint, parse_env_id
 from kuberl.trainer.sampling.spaces_memo import remembered
+from kuberl.trainer.sampling.wrappers import WrapperError, WrapperSettings, import_named
 
 ParallelFactory = Callable[..., Any]  # (**config) -> pettingzoo.ParallelEnv
 
@@ -114,11 +119,33 @@ def is_multi_agent(env_id: str) -> bool:
     return multi_agent_factory(env_id) is not None
 
 
-def make_parallel_env(env_id: str, config: dict[str, Any] | None = None) -> Any:
+def wrap_parallel(env: Any, wrappers: Sequence[WrapperSettings]) -> Any:
+    """The ParallelEnv with `spec.env.wrappers` applied in order; WrapperError names the one that failed."""
+    for index, settings in enumerate(wrappers):
+        wrapper = import_named(settings.name, index)
+        if not callable(wrapper):
+            env.close()
+            raise WrapperError(index, f"{settings.name!r} is not callable: a multi-agent env's wrapper takes the "
+                                      "ParallelEnv and returns one (such as supersuit:resize_v1)")
+        try:
+            wrapped = wrapper(env, **settings.kwargs)
+        except TypeError as exc:
+            env.close()
+            raise WrapperError(index, f"{settings.name} does not take these kwargs: {exc}", "kwargs") from None
+        if not all(hasattr(wrapped, name) for name in ("possible_agents", "reset", "step", "observation_space")):
+            env.close()
+            raise WrapperError(index, f"{settings.name} returned a {type(wrapped).__name__}, not a PettingZoo "
+                                      "ParallelEnv")
+        env = wrapped
+    return env
+
+
+def make_parallel_env(env_id: str, config: dict[str, Any] | None = None,
+                      wrappers: Sequence[WrapperSettings] = ()) -> Any:
     factory = multi_agent_factory(env_id)
     if factory is None:
         raise EnvNotFound(f"{env_id!r} is not a multi-agent env")
-    return factory(**dict(config or {}))
+    return wrap_parallel(factory(**dict(config or {})), wrappers)
 
 
 @dataclass(frozen=True)
@@ -130,14 +157,24 @@ class AgentSpaces:
     action_spaces: dict[str, gym.Space]
 
 
-def agent_spaces(env_id: str, config: dict[str, Any] | None = None) -> AgentSpaces:
-    """The env's agents and spaces, from one build per process for the same id and config (`spaces_memo`)."""
-    return remembered({"multiAgent": env_id, "config": dict(config or {})}, lambda: _attribute(env_id),
-                      lambda: _built_agent_spaces(env_id, config))
+def agent_spaces(env_id: str, config: dict[str, Any] | None = None,
+                 wrappers: Sequence[WrapperSettings] = ()) -> AgentSpaces:
+    """The env's agents and spaces (wrapped), from one build per process for the same id, config and wrappers
+    (`spaces_memo`)."""
+    settings = {"multiAgent": env_id, "config": dict(config or {}),
+                "wrappers": [[w.name, dict(w.kwargs)] for w in wrappers]}
+    return remembered(settings, lambda: _attribute(env_id), lambda: _built_agent_spaces(env_id, config, wrappers))
 
 
-def _built_agent_spaces(env_id: str, config: dict[str, Any] | None) -> AgentSpaces:
-    env = make_parallel_env(env_id, config)
+def spec_agent_spaces(env: Any) -> AgentSpaces:
+    """`agent_spaces` of the API's `spec.env` (its id, config and wrappers)."""
+    wrappers = tuple(WrapperSettings(w.name, dict(w.kwargs)) for w in env.wrappers)
+    return agent_spaces(env.id, env.config, wrappers)
+
+
+def _built_agent_spaces(env_id: str, config: dict[str, Any] | None,
+                        wrappers: Sequence[WrapperSettings]) -> AgentSpaces:
+    env = make_parallel_env(env_id, config, wrappers)
     try:
         agents = tuple(str(agent) for agent in env.possible_agents)
         return AgentSpaces(agents, {a: env.observation_space(a) for a in env.possible_agents},
@@ -147,4 +184,4 @@ def _built_agent_spaces(env_id: str, config: dict[str, Any] | None) -> AgentSpac
 
 
 __all__ = ["AgentSpaces", "MultiAgentEnvError", "agent_spaces", "is_multi_agent", "make_parallel_env",
-           "multi_agent_factory", "to_parallel"]
+           "multi_agent_factory", "spec_agent_spaces", "to_parallel", "wrap_parallel"]

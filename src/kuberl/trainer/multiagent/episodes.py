@@ -14,6 +14,7 @@ import numpy as np
 from kuberl.trainer.evaluation.episodes import VIDEO_RENDER_MODE
 from kuberl.trainer.multiagent.envs import make_parallel_env
 from kuberl.trainer.multiagent.rollout_worker import env_action
+from kuberl.trainer.sampling.envs import EnvSettings
 
 # (policy, agent, observation) -> action
 AgentActor = Callable[[str, str, Any], Any]
@@ -58,7 +59,7 @@ def _encode(frames: list[np.ndarray], fps: int) -> bytes:
         return path.read_bytes()
 
 
-def play_multi_agent(env_id: str, config: dict[str, Any], policy_of: Callable[[str], str], act: AgentActor,
+def play_multi_agent(env: EnvSettings, policy_of: Callable[[str], str], act: AgentActor,
                      seeds: list[int], *, record_first: bool = False) -> PlayedMultiAgentEpisodes:
     """One episode per seed; every live agent acts with `act(policy, agent, obs)` each step. With `record_first`
     the first episode is played in an env rendering rgb_array frames, and comes back as an MP4 too."""
@@ -73,22 +74,22 @@ def play_multi_agent(env_id: str, config: dict[str, Any], policy_of: Callable[[s
     rest = seeds
     if record_first and seeds:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame renders rgb_array without a display
-        env = make_parallel_env(env_id, {**config, "render_mode": VIDEO_RENDER_MODE})
+        recording = make_parallel_env(env.id, {**env.config, "render_mode": VIDEO_RENDER_MODE}, env.wrappers)
         frames: list[np.ndarray] = []
         try:
-            add(*_play_one(env, policy_of, act, seeds[0], frames))
-            fps = int(env.metadata.get("render_fps", 30) or 30)
+            add(*_play_one(recording, policy_of, act, seeds[0], frames))
+            fps = int(recording.metadata.get("render_fps", 30) or 30)
         finally:
-            env.close()
+            recording.close()
         played.video = _encode(frames, fps)
         rest = seeds[1:]
     if rest:
-        env = make_parallel_env(env_id, config)
+        playing = make_parallel_env(env.id, env.config, env.wrappers)
         try:
             for seed in rest:
-                add(*_play_one(env, policy_of, act, seed))
+                add(*_play_one(playing, policy_of, act, seed))
         finally:
-            env.close()
+            playing.close()
     return played
 
 
@@ -106,7 +107,7 @@ class MultiAgentEvaluationWorker:
         from kuberl.trainer.learning.device import configure_cpu_threads
 
         configure_cpu_threads()
-        self.env_id, self.config = make.settings.id, dict(make.settings.config)
+        self.env: EnvSettings = make.settings
         self.policy_map = policies.policy_map
         self.policies = policies.build(seed)
 
@@ -123,7 +124,7 @@ class MultiAgentEvaluationWorker:
                 row[None] if row.dtype == np.uint8 else row[None].astype(np.float32), explore=explore)
             return actions[0]
 
-        played = play_multi_agent(self.env_id, self.config, self.policy_map.policy, act, seeds,
+        played = play_multi_agent(self.env, self.policy_map.policy, act, seeds,
                                   record_first=record_first)
         return {"returns": played.returns, "lengths": played.lengths, "video": played.video}
 

@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from kuberl.trainer.multiagent.envs import multi_agent_factory
+from kuberl.trainer.multiagent.envs import multi_agent_factory, wrap_parallel
 from kuberl.trainer.multiagent.policy_map import PolicyMap
 from kuberl.trainer.multiagent.segments import Segment, pack
 from kuberl.trainer.sampling.filters import RunningStats
@@ -88,7 +88,8 @@ class MultiAgentRolloutWorker:
         self.map = policies.policy_map
         factory = multi_agent_factory(config.env_id)
         assert factory is not None, f"{config.env_id!r} is not a multi-agent env"
-        self.envs = [factory(**dict(config.env_config)) for _ in range(config.num_envs)]
+        self.envs = [wrap_parallel(factory(**dict(config.env_config)), config.wrappers)
+                     for _ in range(config.num_envs)]
         env_seed, policy_seed = worker_seeds(config.seed, worker_index)
         self.policies = policies.build(policy_seed)
         self.policy_version = 0

@@ -6,7 +6,7 @@ import gymnasium as gym
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import FieldError, hyperparams_for
+from kuberl.api.validation import FieldError, hyperparams_for, may_name_multi_agent_env, minibatch_errors
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
 from kuberl.trainer.run.env_failures import env_construction_errors
@@ -65,7 +65,8 @@ def env_errors(experiment: RLExperiment) -> list[FieldError]:
         return built
     observation_space, action_space = built
     entry = REGISTRY[spec.algorithm]
-    errors: list[FieldError] = []
+    # A single-agent env whose id the API could not tell from a PettingZoo one: the check the API left.
+    errors = minibatch_errors(experiment) if may_name_multi_agent_env(spec.env.id) else []
     if not isinstance(action_space, _space_classes(entry.action_spaces)):
         hint = ""
         for space, kind in (("Box", "continuous"), ("Discrete", "discrete")):

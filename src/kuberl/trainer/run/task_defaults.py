@@ -89,12 +89,12 @@ def policy_task_kinds(experiment: RLExperiment) -> dict[str, TaskKind | None] | 
     """Each policy's kind (None: its agents' spaces have none, or differ in kind) for a PettingZoo env; None for a
     single-agent env. Raises what building the env raises."""
     from kuberl.api.multiagent import map_agents, policies_of
-    from kuberl.trainer.multiagent.envs import agent_spaces, is_multi_agent
+    from kuberl.trainer.multiagent.envs import is_multi_agent, spec_agent_spaces
 
     env = experiment.spec.env
     if not is_multi_agent(env.id):
         return None
-    spaces = agent_spaces(env.id, env.config)
+    spaces = spec_agent_spaces(env)
     found: dict[str, set[TaskKind | None]] = {}
     for agent, policy in map_agents(spaces.agents, policies_of(experiment.spec)).items():
         if policy is not None:

@@ -1,4 +1,7 @@
-"""`env.wrappers`: Gymnasium wrappers (or a user's) applied in order, each with its keyword arguments."""
+"""`env.wrappers`: Gymnasium wrappers (or a user's) applied in order, each with its keyword arguments.
+
+A multi-agent (PettingZoo) env takes callables instead, each given the ParallelEnv and returning one (SuperSuit's
+`resize_v1`, `color_reduction_v0`, `frame_stack_v1`, ...): `kuberl.trainer.multiagent.envs.wrap_parallel`."""
 
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ class WrapperSettings:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def import_wrapper(name: str, index: int = 0) -> type:
+def import_named(name: str, index: int = 0) -> Any:
+    """What `package.module:Name` or `package.module.Name` names (None if the module lacks it)."""
     module_name, sep, attr = name.partition(":")
     if not sep:
         module_name, _, attr = name.rpartition(".")
@@ -33,7 +37,14 @@ def import_wrapper(name: str, index: int = 0) -> type:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise WrapperError(index, f"cannot import module {module_name!r} ({exc})") from None
-    wrapper = getattr(module, attr, None)
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+def import_wrapper(name: str, index: int = 0) -> type:
+    wrapper = import_named(name, index)
     if not isinstance(wrapper, type) or not issubclass(wrapper, gym.Wrapper):
         raise WrapperError(index, f"{name!r} is not a gymnasium.Wrapper subclass")
     return wrapper
