@@ -140,3 +140,10 @@ def test_a_shared_policy_minibatch_counts_the_agents_rows() -> None:
     assert errors("mpe2:simple_spread_v3", config={"minibatchSize": 400}, rollouts=rollouts) == {}
     found = errors("kuberl_testing.catch_env:PixelCatch", config={"minibatchSize": 400}, rollouts=rollouts)
     assert found["spec.config.minibatchSize"].startswith("must be <= the train batch (160")
+
+
+def test_a_wrapper_that_refuses_the_env_is_named() -> None:
+    """SuperSuit's color reduction on simple_spread's vectors: the wrapper's own error, under its field."""
+    found = errors("mpe2:simple_spread_v3", env={"id": "mpe2:simple_spread_v3", "wrappers": [
+        {"name": "supersuit:color_reduction_v0"}]})
+    assert found["spec.env.wrappers[0].name"].startswith("supersuit:color_reduction_v0 cannot wrap this env")

@@ -28,6 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from kuberl.trainer.sampling.env_ids import EnvNotFound, missing_package_hint, parse_env_id
+from kuberl.trainer.sampling.envs import EnvSettings
 from kuberl.trainer.sampling.spaces_memo import remembered
 from kuberl.trainer.sampling.wrappers import WrapperError, WrapperSettings, import_named
 
@@ -132,6 +133,9 @@ def wrap_parallel(env: Any, wrappers: Sequence[WrapperSettings]) -> Any:
         except TypeError as exc:
             env.close()
             raise WrapperError(index, f"{settings.name} does not take these kwargs: {exc}", "kwargs") from None
+        except Exception as exc:  # noqa: BLE001 - a wrapper refusing this env (resizing vectors, ...) is the user's to fix
+            env.close()
+            raise WrapperError(index, f"{settings.name} cannot wrap this env: {type(exc).__name__}: {exc}") from None
         if not all(hasattr(wrapped, name) for name in ("possible_agents", "reset", "step", "observation_space")):
             env.close()
             raise WrapperError(index, f"{settings.name} returned a {type(wrapped).__name__}, not a PettingZoo "
@@ -168,8 +172,8 @@ def agent_spaces(env_id: str, config: dict[str, Any] | None = None,
 
 def spec_agent_spaces(env: Any) -> AgentSpaces:
     """`agent_spaces` of the API's `spec.env` (its id, config and wrappers)."""
-    wrappers = tuple(WrapperSettings(w.name, dict(w.kwargs)) for w in env.wrappers)
-    return agent_spaces(env.id, env.config, wrappers)
+    settings = EnvSettings.from_spec(env)
+    return agent_spaces(settings.id, settings.config, settings.wrappers)
 
 
 def _built_agent_spaces(env_id: str, config: dict[str, Any] | None,
