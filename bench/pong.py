@@ -68,6 +68,12 @@ def rllib_seed(seed: int, cap: float, sticky: float, python: Path) -> dict[str, 
     return {"summary": result, "curve": curve, "rows": rows}
 
 
+def curve_of(run: dict[str, Any]) -> list[tuple[float, int | None, float]]:
+    """The run's (seconds, env steps, score) points; bench/results/ keeps kuberl's curves as trimmed rows."""
+    return [scored_points([p])[0] if isinstance(p, dict) else tuple(p) for p in run["curve"]
+            if not isinstance(p, dict) or p.get("score100") is not None]
+
+
 def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> float | None:
     """The last score reported at or before `seconds`."""
     before = [score for s, _, score in curve if s <= seconds]
@@ -82,6 +88,7 @@ def main() -> int:
     parser.add_argument("--rllib", action="store_true", help="also RLlib 2.60 APPO, after kuberl")
     parser.add_argument("--only-rllib", action="store_true", help="RLlib alone (kuberl's runs already in --out)")
     parser.add_argument("--rllib-seeds", help="RLlib's seeds, if not --seeds (one run of each per session)")
+    parser.add_argument("--reuse", action="store_true", help="runs already in --out are read, not run again")
     parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
     args = parser.parse_args()
@@ -90,7 +97,7 @@ def main() -> int:
     runs: dict[str, dict[str, Any]] = {}
     for seed in seeds:
         path = args.out / f"pong-kuberl-seed{seed}.json"
-        if args.only_rllib:
+        if args.only_rllib or (args.reuse and path.exists()):
             runs[f"kuberl PPO seed {seed}"] = json.loads(path.read_text())
             continue
         run = kuberl_seed(seed, args.cap, args.set)
@@ -101,11 +108,15 @@ def main() -> int:
     sticky = kuberl[0]["sticky_actions"]
     if args.rllib or args.only_rllib:
         for seed in [int(s) for s in args.rllib_seeds.split(",")] if args.rllib_seeds else seeds:
+            path = args.out / f"pong-rllib-seed{seed}.json"
+            if args.reuse and path.exists():
+                runs[f"RLlib APPO seed {seed}"] = json.loads(path.read_text())
+                continue
             run = rllib_seed(seed, args.cap, sticky, args.rllib_python)
-            (args.out / f"pong-rllib-seed{seed}.json").write_text(json.dumps(run, indent=0))
+            path.write_text(json.dumps(run, indent=0))
             runs[f"RLlib APPO seed {seed}"] = run
             print(json.dumps(run["summary"]), flush=True)
-    plot_score({name: run["curve"] for name, run in runs.items()}, GOAL,
+    plot_score({name: curve_of(run) for name, run in runs.items()}, GOAL,
                f"ALE/Pong-v5 from pixels (sticky actions {sticky}), {os.cpu_count()} cores, no GPU",
                args.out / "pong.png")
     reached = [s["minutes_to_18"] for s in kuberl]
@@ -114,7 +125,7 @@ def main() -> int:
              "env_steps_to_18": worst["env_steps_to_18"], "final_score": worst["final_score"],
              "sticky_actions": sticky, "seeds": seeds}
     if None not in reached:
-        final["rllib_score_at_that_minute"] = {name: score_at(run["curve"], max(reached) * 60)
+        final["rllib_score_at_that_minute"] = {name: score_at(curve_of(run), max(reached) * 60)
                                                for name, run in runs.items() if name.startswith("RLlib")}
     print(json.dumps(final), flush=True)
     return 0
