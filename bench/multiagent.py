@@ -6,7 +6,8 @@ heterogeneous simple_speaker_listener_v4 (two policies) and the pixel env piston
     .venv/bin/python -m bench.multiagent --smoke --env-steps 20000 --rllib   # both sides run: a smoke check
     .venv/bin/python -m bench.multiagent --seeds 1,2                  # spread: 333,334 env steps = 1M agent steps
     make bench-deps && .venv/bin/python -m bench.multiagent --rllib --seeds 1,2 --out ma.json   # the comparison
-    .venv/bin/python -m bench.multiagent --task speaker-listener      # or pistonball
+    .venv/bin/python -m bench.multiagent --task speaker-listener --env-steps 150000 --plot sl.png   # a policy each
+    .venv/bin/python -m bench.multiagent --task pistonball --env-steps 40000 --plot pb.png          # pixels
 
 The goal of the spread comparison: kuberl's worst seed's final team return >= RLlib's best seed's, in at most
 0.5x RLlib's wall time. Both clocks start at the first train() call (Ray's start and the build are reported
