@@ -71,6 +71,9 @@ MemoryQuantity = Annotated[
 ]
 
 
+# A dotted Python name ("pkg.module", "Class"): what spec.env.id holds on either side of a colon when it names Python
+# code (a class, a factory, a PettingZoo module) rather than a Gymnasium id.
+PYTHON_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 WRAPPER_NAME_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(\.[A-Za-z_]\w*|:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)$"
 
 

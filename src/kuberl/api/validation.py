@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,7 +20,7 @@ from kuberl.api.algorithms import REGISTRY
 from kuberl.api.hyperparams import CommonParams, PPOParams
 from kuberl.api.multiagent import policy_errors, policy_params
 from kuberl.api.podtemplate import template_errors
-from kuberl.api.types import API_VERSION, KIND, RLExperiment
+from kuberl.api.types import API_VERSION, KIND, PYTHON_NAME, RLExperiment
 
 ResourceT = TypeVar("ResourceT", bound=BaseModel)
 
@@ -280,10 +279,11 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
 
 
 def may_name_multi_agent_env(env_id: str) -> bool:
-    """The id's form is one a PettingZoo env may have ("package:module" or "package.module:factory": a Python name
-    after the colon), which only importing it tells apart from a gymnasium.Env class; a Gymnasium id is not."""
-    _, colon, name = env_id.partition(":")
-    return bool(colon) and re.fullmatch(r"[A-Za-z_][\w.]*", name) is not None
+    """The id's form is one a PettingZoo env may have ("package:module" or "package.module:factory": Python names
+    either side of the colon, the trainer's "class" form), which only importing it tells apart from a gymnasium.Env
+    class; a Gymnasium id is not."""
+    module, colon, name = env_id.partition(":")
+    return bool(colon) and PYTHON_NAME.match(module) is not None and PYTHON_NAME.match(name) is not None
 
 
 def minibatch_errors(experiment: RLExperiment) -> list[FieldError]:

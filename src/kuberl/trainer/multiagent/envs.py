@@ -121,27 +121,32 @@ def is_multi_agent(env_id: str) -> bool:
 
 
 def wrap_parallel(env: Any, wrappers: Sequence[WrapperSettings]) -> Any:
-    """The ParallelEnv with `spec.env.wrappers` applied in order; WrapperError names the one that failed."""
-    for index, settings in enumerate(wrappers):
-        wrapper = import_named(settings.name, index)
-        if not callable(wrapper):
-            env.close()
-            raise WrapperError(index, f"{settings.name!r} is not callable: a multi-agent env's wrapper takes the "
-                                      "ParallelEnv and returns one (such as supersuit:resize_v1)")
-        try:
-            wrapped = wrapper(env, **settings.kwargs)
-        except TypeError as exc:
-            env.close()
-            raise WrapperError(index, f"{settings.name} does not take these kwargs: {exc}", "kwargs") from None
-        except Exception as exc:  # noqa: BLE001 - a wrapper refusing this env (resizing vectors, ...) is the user's to fix
-            env.close()
-            raise WrapperError(index, f"{settings.name} cannot wrap this env: {type(exc).__name__}: {exc}") from None
-        if not all(hasattr(wrapped, name) for name in ("possible_agents", "reset", "step", "observation_space")):
-            env.close()
-            raise WrapperError(index, f"{settings.name} returned a {type(wrapped).__name__}, not a PettingZoo "
-                                      "ParallelEnv")
-        env = wrapped
+    """The ParallelEnv with `spec.env.wrappers` applied in order; WrapperError names the one that failed (and the
+    env built so far is closed)."""
+    try:
+        for index, settings in enumerate(wrappers):
+            env = _wrap_once(env, index, settings)
+    except WrapperError:
+        env.close()
+        raise
     return env
+
+
+def _wrap_once(env: Any, index: int, settings: WrapperSettings) -> Any:
+    wrapper = import_named(settings.name, index)
+    if not callable(wrapper):
+        raise WrapperError(index, f"{settings.name!r} is not callable: a multi-agent env's wrapper takes the "
+                                  "ParallelEnv and returns one (such as supersuit:resize_v1)")
+    try:
+        wrapped = wrapper(env, **settings.kwargs)
+    except TypeError as exc:
+        raise WrapperError(index, f"{settings.name} does not take these kwargs: {exc}", "kwargs") from None
+    except Exception as exc:  # noqa: BLE001 - a wrapper refusing this env (resizing vectors, ...) is the user's to fix
+        raise WrapperError(index, f"{settings.name} cannot wrap this env: {type(exc).__name__}: {exc}") from None
+    if not all(hasattr(wrapped, name) for name in ("possible_agents", "reset", "step", "observation_space")):
+        raise WrapperError(index, f"{settings.name} returned a {type(wrapped).__name__}, not a PettingZoo "
+                                  "ParallelEnv")
+    return wrapped
 
 
 def make_parallel_env(env_id: str, config: dict[str, Any] | None = None,

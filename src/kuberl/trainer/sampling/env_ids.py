@@ -13,11 +13,12 @@ Three forms, told apart by what follows the colon:
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 import gymnasium as gym
+
+from kuberl.api.types import PYTHON_NAME
 
 # Namespaces whose ids exist only once a package is imported: namespace -> (module, what to pip install).
 KNOWN_NAMESPACES: dict[str, tuple[str, str]] = {"ALE": ("ale_py", "ale-py (kuberl[atari])")}
@@ -31,7 +32,6 @@ PIP_NAMES: dict[str, str] = {
     "pygame": "pygame",
 }
 
-_PYTHON_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 class EnvNotFound(ValueError):
@@ -54,9 +54,9 @@ def parse_env_id(env_id: str) -> EnvId:
         module = KNOWN_NAMESPACES[namespace][0] if namespace in KNOWN_NAMESPACES else None
         return EnvId("gymnasium", module, env_id)
     module, _, rest = env_id.partition(":")
-    if not _PYTHON_NAME.match(module) or not rest:
+    if not PYTHON_NAME.match(module) or not rest:
         raise EnvNotFound(f"{env_id!r}: expected package.module:Class or module:EnvId (such as ale_py:ALE/Pong-v5)")
-    if _PYTHON_NAME.match(rest):
+    if PYTHON_NAME.match(rest):
         return EnvId("class", module, rest)
     return EnvId("gymnasium", module, rest)
 
