@@ -93,6 +93,11 @@ def config_for(overrides: list[str]) -> Any:
 
 
 def run_pong(args: argparse.Namespace) -> int:
+    if args.from_scaling is not None:
+        example = config_for(args.set).experiment.spec
+        point = fastest_point(args.from_scaling, example.rollouts.envs_per_worker * example.rollouts.fragment_length)
+        print(f"bench/gpu.py: the fastest scaling point with the example's batch: {json.dumps(point)}", flush=True)
+        args.set = [*point_overrides(point), *args.set]
     monitor = GpuMonitor()
     config = config_for(args.set)
     sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
@@ -111,15 +116,39 @@ def run_pong(args: argparse.Namespace) -> int:
     return 0
 
 
+def point_settings(point: str) -> dict[str, int]:
+    """A scaling point "THREADSxENVSxGROUPSxFRAGMENT" (or a bare thread count: 4 envs a thread, 1 group, 128)."""
+    parts = [int(x) for x in point.split("x")]
+    if len(parts) == 1:
+        parts = [parts[0], ENVS_PER_THREAD * parts[0], 1, 128]
+    if len(parts) != 4:
+        raise SystemExit(f"bench/gpu.py: scaling point {point!r}: expected THREADSxENVSxGROUPSxFRAGMENT, or THREADS")
+    return dict(zip(("threads", "envs", "groups", "fragment"), parts, strict=True))
+
+
+def point_overrides(point: dict[str, int], minibatches: int = 8) -> list[str]:
+    batch = point["envs"] * point["fragment"]
+    return [f"rollouts.envThreads={point['threads']}", f"rollouts.envsPerWorker={point['envs']}",
+            f"rollouts.envGroups={point['groups']}", f"rollouts.fragmentLength={point['fragment']}",
+            f"config.minibatchSize={batch // minibatches}"]
+
+
+def fastest_point(scaling: Path, batch: int) -> dict[str, int]:
+    """The scaling run's fastest point (training env steps/s) among those with the example's batch, whose
+    PPO settings (minibatches of batch/8, the example's 768) it keeps."""
+    points = [p for p in json.loads(scaling.read_text())["points"] if p["batch"] == batch]
+    if not points:
+        raise SystemExit(f"bench/gpu.py: {scaling} has no point with a batch of {batch}")
+    best = max(points, key=lambda p: p["envStepsPerSecond"])
+    return {k: best[k] for k in ("threads", "envs", "groups", "fragment")}
+
+
 def run_scaling(args: argparse.Namespace) -> int:
     monitor = GpuMonitor()
     points: list[dict[str, Any]] = []
     try:
-        for threads in (int(x) for x in args.threads.split(",")):
-            envs = ENVS_PER_THREAD * threads
-            batch = envs * 128
-            config = config_for([f"rollouts.envThreads={threads}", f"rollouts.envsPerWorker={envs}",
-                                 f"config.minibatchSize={batch // 8}", *args.set])
+        for settings in (point_settings(x) for x in args.threads.split(",")):
+            config = config_for([*point_overrides(settings), *args.set])
             algo = config.build()
             envs = algo.spec.rollouts.envs_per_worker  # --set may have changed it
             batch = envs * algo.spec.rollouts.fragment_length
@@ -139,7 +168,7 @@ def run_scaling(args: argparse.Namespace) -> int:
                 algo.stop()
             shares = {"envs": env / elapsed, "policy and copies": (sample - env) / elapsed,
                       "learning": learn / elapsed, "other (GAE values, weight sync)": 1 - (sample + learn) / elapsed}
-            point = {"threads": threads, "envs": envs, "batch": batch,
+            point = {**settings, "envs": envs, "batch": batch,
                      "envStepsPerSecond": (result["timesteps"] - first_steps) / elapsed,
                      "samplingStepsPerSecond": (result["timesteps"] - first_steps) / sample,
                      "updatesPerSecond": updates / elapsed, "updatesPerLearnerSecond": updates / learn if learn else None,
@@ -152,12 +181,14 @@ def run_scaling(args: argparse.Namespace) -> int:
     report = {"machine": machine(), "envsPerThread": ENVS_PER_THREAD, "windowSeconds": args.window, "points": points}
     (args.out / "scaling.json").write_text(json.dumps(report, indent=1))
     plot_scaling(points, report["machine"], args.out / "scaling.png")
-    print("\n| env threads | envs | env steps/s | sampling alone | learner updates/s | GPU util % | limited by |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| env threads | envs | groups | fragment | env steps/s | sampling alone | learner updates/s | GPU util % "
+          "| limited by |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in points:
         util = "-" if p["gpuUtilization"] is None else f"{p['gpuUtilization']:.0f}"
         shares = ", ".join(f"{k} {v:.0%}" for k, v in p["timeShares"].items())
-        print(f"| {p['threads']} | {p['envs']} | {p['envStepsPerSecond']:,.0f} | {p['samplingStepsPerSecond']:,.0f} | "
+        print(f"| {p['threads']} | {p['envs']} | {p['groups']} | {p['fragment']} | {p['envStepsPerSecond']:,.0f} | "
+              f"{p['samplingStepsPerSecond']:,.0f} | "
               f"{p['updatesPerSecond']:.1f} | {util} | {p['limitedBy']} ({shares}) |")
     return 0
 
@@ -170,9 +201,15 @@ def plot_scaling(points: list[dict[str, Any]], info: dict[str, Any], path: Path)
 
     threads = [p["threads"] for p in points]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(threads, [p["envStepsPerSecond"] for p in points], marker="o", label="env steps/s (train)")
-    ax.plot(threads, [p["samplingStepsPerSecond"] for p in points], marker="s", label="env steps/s (sampling alone)")
-    ax.set_xlabel(f"env threads ({ENVS_PER_THREAD} envs each)")
+    if len(set(threads)) == len(threads):  # a curve against the threads
+        x: list[Any] = threads
+        ax.set_xlabel(f"env threads ({ENVS_PER_THREAD} envs each)"
+                      if all(p["envs"] == ENVS_PER_THREAD * p["threads"] for p in points) else "env threads")
+    else:  # settings at the same threads, side by side
+        x = [f"{p['threads']}t {p['envs']}e\n{p['groups']}g f{p['fragment']}" for p in points]
+        ax.set_xlabel("env threads (t), envs (e), env groups (g), fragment (f)")
+    ax.plot(x, [p["envStepsPerSecond"] for p in points], marker="o", label="env steps/s (train)")
+    ax.plot(x, [p["samplingStepsPerSecond"] for p in points], marker="s", label="env steps/s (sampling alone)")
     ax.set_ylabel("env steps/s")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -186,7 +223,12 @@ def main() -> int:
     parser.add_argument("what", choices=("pong", "scaling"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-gpu-out")))
     parser.add_argument("--cap", type=float, default=480.0, help="pong: seconds before giving up")
-    parser.add_argument("--threads", default="1,2,4,8,14", help="scaling: env thread counts")
+    parser.add_argument("--threads", default="1,2,4,8,14",
+                        help="scaling: the points, each an env thread count (4 envs a thread, 1 group, fragments of 128) "
+                        "or THREADSxENVSxGROUPSxFRAGMENT")
+    parser.add_argument("--from-scaling", type=Path, default=None,
+                        help="pong: train with the threads, envs, groups and fragment of this scaling.json's fastest "
+                        "point among those with the example's batch")
     parser.add_argument("--window", type=float, default=12.0, help="scaling: seconds measured per point")
     parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
     parser.add_argument("--allow-cpu", action="store_true", help="dry run without CUDA (the figures mean nothing)")

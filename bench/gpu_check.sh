@@ -5,6 +5,9 @@
 #   bench/gpu_check.sh wheels             # HERE, with pip: the missing wheels for Python 3.12 into .whl/
 #   bench/gpu_check.sh tests scaling      # THERE: the CUDA tests, then the env-thread scaling curve
 #   bench/gpu_check.sh pong               # THERE: PPO on Pong to a 100-game mean of 18 (PONG_CAP seconds)
+#   bench/gpu_check.sh tests overlap pong # THERE: the CUDA tests; env groups (rollouts.envGroups) against one
+#                                         # group at the example's batch, into $OUT/overlap; then Pong with the
+#                                         # fastest of those settings
 #
 # Steps run in the order named; each writes into $OUT (the device tool's folder; default ./bench-gpu-out):
 # cuda-tests.txt, scaling.json/.png, pong.json/.png, and log.txt (everything printed). Sampling runs in the
@@ -58,16 +61,25 @@ for step in "$@"; do
   echo "== $step: $(date -u +%H:%M:%S)"
   case $step in
     tests)
-      timeout 300 "$PY" -m pytest -q -m cuda --noconftest -p no:cacheprovider -o addopts="" -rs \
+      timeout "${TESTS_TIMEOUT:-300}" "$PY" -m pytest -q -m cuda --noconftest -p no:cacheprovider -o addopts="" -rs \
         tests/integration/test_cuda.py 2>&1 | tee "$OUT/cuda-tests.txt" || status=1 ;;
     scaling)
       if [ ${#dry[@]} -gt 0 ]; then threads=1,2; window=3; else threads=${SCALING_THREADS:-1,2,4,8,14}; window=${SCALING_WINDOW:-12}; fi
       timeout 300 "$PY" bench/gpu.py scaling --threads "$threads" --window "$window" --out "$OUT" \
         ${dry[@]+"${dry[@]:0:1}"} || status=1 ;;
+    overlap)
+      # The example's batch (48 x 128 = 6,144) as 48 or 96 envs, in 1 or 2 groups, on every core.
+      cores=$(nproc)
+      if [ ${#dry[@]} -gt 0 ]; then points="${cores}x8x1x128,${cores}x8x2x128"; window=3
+      else points="${cores}x48x1x128,${cores}x48x2x128,${cores}x96x1x64,${cores}x96x2x64"; window=${SCALING_WINDOW:-10}; fi
+      timeout 300 "$PY" bench/gpu.py scaling --threads "$points" --window "$window" --out "$OUT/overlap" \
+        ${dry[@]+"${dry[@]}"} || status=1 ;;
     pong)
       cap=$PONG_CAP; [ ${#dry[@]} -gt 0 ] && cap=15
-      timeout $((${cap%.*} + 90)) "$PY" bench/gpu.py pong --cap "$cap" --out "$OUT" ${dry[@]+"${dry[@]}"} || status=1 ;;
-    *) echo "unknown step $step (wheels, tests, scaling, pong)"; status=2 ;;
+      from=(); [ -f "$OUT/overlap/scaling.json" ] && from=(--from-scaling "$OUT/overlap/scaling.json")
+      timeout $((${cap%.*} + 90)) "$PY" bench/gpu.py pong --cap "$cap" --out "$OUT" ${from[@]+"${from[@]}"} \
+        ${dry[@]+"${dry[@]}"} || status=1 ;;
+    *) echo "unknown step $step (wheels, tests, scaling, overlap, pong)"; status=2 ;;
   esac
 done
 echo "== done $(date -u +%H:%M:%S), status $status"

@@ -132,6 +132,13 @@ def test_sac_refuses_shards_without_rollout_workers_to_feed_them():
     assert load_manifest(sac).spec.replay.shards is None
 
 
+def test_env_groups_must_split_the_envs_evenly():
+    [error] = errors_of(GOOD + "  rollouts: {envsPerWorker: 6, envGroups: 4}\n")
+    assert error == "spec.rollouts.envGroups: 4 groups do not split spec.rollouts.envsPerWorker (6) evenly"
+    assert load_manifest(GOOD + "  rollouts: {envsPerWorker: 6, envGroups: 3}\n").spec.rollouts.env_groups == 3
+    assert load_manifest(GOOD).spec.rollouts.env_groups == 1
+
+
 def test_stop_needs_a_criterion():
     text = GOOD.replace("  stop: {timesteps: 10000}\n", "")
     [error] = errors_of(text)

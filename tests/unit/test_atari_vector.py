@@ -173,6 +173,22 @@ def test_env_threads_step_the_same_games_as_one_thread():
     assert np.array_equal(frames[0], frames[1])
 
 
+def test_env_groups_overlap_on_ale_and_sample_what_one_group_does():
+    """With rollouts.envGroups: 2 each group's ALE vector env steps in the background (send, then recv while the
+    policy acts for the other group), and the batches, resets after lost lives and game scores are exactly those
+    of one group."""
+    from kuberl.trainer.sampling.env_groups import EnvGroup
+    from kuberl.trainer.sampling.rollout_worker import WorkerConfig
+    from kuberl_testing.rollouts import assert_same_samples
+
+    config = WorkerConfig("ALE/Breakout-v5", {"repeat_action_probability": 0.0}, num_envs=4, fragment_length=200,
+                          seed=3, preprocessing="atari", env_threads=2)
+    group = EnvGroup(make_vector_env(config.env, num_envs=2), slice(0, 2))
+    assert group.overlaps
+    group.close()
+    assert_same_samples(config, 2, fragments=2)
+
+
 @pytest.mark.parametrize(("configured", "workers", "envs", "cores", "expected"), [
     (None, 2, 16, 16, 1),     # rollout worker actors: each steps its envs on one thread
     (None, 0, 48, 16, 16),    # in the learner's process: every core

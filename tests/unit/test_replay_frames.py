@@ -12,6 +12,7 @@ from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.replay.buffers import PrioritizedReplayBuffer, UniformReplayBuffer
 from kuberl.trainer.replay.frames import NStepRows, encode_frames, frame_stack_depth
 from kuberl.trainer.replay.nstep import batch_priorities, compact_transitions, local_priorities, nstep_targets
+from kuberl.trainer.sampling.env_groups import EnvGroup
 from kuberl.trainer.sampling.policies import QPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 from kuberl_testing.fragments import StackedStreams, assert_matches_reference, reference_transitions
@@ -76,10 +77,11 @@ def _worker(same_step: bool, **env_config) -> RolloutWorker:
     worker = RolloutWorker(config, policy, worker_index=1)
     if not same_step:  # the same envs under Gymnasium's other autoreset convention
         worker.env.close()
-        worker.env = gym.vector.SyncVectorEnv([lambda: StackedBeacon(**env_config)] * 3,
-                                              autoreset_mode=AutoresetMode.NEXT_STEP)
+        env = gym.vector.SyncVectorEnv([lambda: StackedBeacon(**env_config)] * 3, autoreset_mode=AutoresetMode.NEXT_STEP)
+        worker.groups = [EnvGroup(env, slice(0, 3))]
         worker.same_step_reset = False
-        worker.obs, _ = worker.env.reset(seed=4)
+        worker.obs, _ = env.reset(seed=4)
+        worker.raw_obs = worker.obs
     return worker
 
 

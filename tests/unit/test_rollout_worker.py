@@ -12,6 +12,7 @@ from kuberl.trainer.models.weights import state_dict_to_numpy
 from kuberl.trainer.sampling.policies import PPOPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
 from kuberl.trainer.sampling.worker_set import WorkerSet
+from kuberl_testing.rollouts import assert_same_samples
 from kuberl_testing.user_modules import importable_module
 
 CORRIDOR = '''
@@ -152,3 +153,11 @@ def test_in_process_worker_set_passes_weights_and_versions() -> None:
         assert workers.local_worker.policy.weights == {"w": 1}
     finally:
         workers.stop()
+
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_env_groups_sample_what_one_group_does(corridor: str, groups: int) -> None:
+    """rollouts.envGroups changes the order the envs step in, not the transitions: here Gymnasium's same-step
+    autoreset, whose final observations come through the info (ALE's overlapped groups: test_atari_vector.py)."""
+    assert_same_samples(WorkerConfig(corridor, num_envs=4, fragment_length=7, seed=2, record_steps=True), groups)

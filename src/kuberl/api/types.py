@@ -133,6 +133,15 @@ class RolloutsSpec(StrictModel):
         "envs step on one). Unset: 1 in each rollout worker actor (the workers are the parallelism), and the "
         "machine's cores (at most envsPerWorker) when workers is 0.",
     )
+    env_groups: int = Field(
+        1, ge=1, le=16,
+        description="Groups each worker's envs are split into, stepped in turn: with 2, one group's envs step on the "
+        "env threads (envThreads each) while the policy picks the other group's actions, so the envs and the policy "
+        "do not wait for each other (double-buffered sampling; it pays where the policy's time per call hardly grows "
+        "with the batch, as on a GPU, and the envs are many). Only ALE's vector env (env.preprocessing: atari) steps "
+        "a group in the background; other envs give the same transitions without the overlap. The transitions are "
+        "the same as with 1 group; envsPerWorker must divide into the groups.",
+    )
 
 
 class ReplaySpec(StrictModel):

@@ -260,6 +260,9 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     if entry.replay == "local-or-shards" and asked is not None and asked >= 1 and spec.rollouts.workers < 1:
         errors.append(FieldError("spec.replay.shards", "replay shards are fed by rollout workers: set "
                                  "spec.rollouts.workers >= 1, or leave shards unset for one buffer in the learner"))
+    if spec.rollouts.envs_per_worker % spec.rollouts.env_groups:
+        errors.append(FieldError("spec.rollouts.envGroups", f"{spec.rollouts.env_groups} groups do not split "
+                                 f"spec.rollouts.envsPerWorker ({spec.rollouts.envs_per_worker}) evenly"))
     stop = spec.stop
     criteria = (stop.timesteps, stop.episode_return_mean, stop.time_seconds, stop.iterations, stop.evaluation_return_mean)
     if all(value is None for value in criteria):

@@ -145,6 +145,7 @@ class Algorithm:
             preprocessing=self.env_settings.preprocessing,
             wrappers=self.env_settings.wrappers,
             env_threads=env_threads(spec.rollouts.env_threads, spec.rollouts.workers, spec.rollouts.envs_per_worker),
+            env_groups=spec.rollouts.env_groups,
         )
 
     def sampling_device(self) -> str:

@@ -79,10 +79,11 @@ class AlgorithmConfig:
         return self
 
     def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
-                 fragment_length: int | None = None, env_threads: int | None = None) -> Self:
+                 fragment_length: int | None = None, env_threads: int | None = None,
+                 env_groups: int | None = None) -> Self:
         self._section("rollouts").update(
             _camel({"workers": workers, "envs_per_worker": envs_per_worker, "fragment_length": fragment_length,
-                    "env_threads": env_threads})
+                    "env_threads": env_threads, "env_groups": env_groups})
         )
         return self
 

@@ -34,6 +34,8 @@ from kuberl.trainer.sampling.atari import (
     SCREEN_SIZE,
 )
 
+StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
 # info key: the envs that reset on the next step (a game over), where a termination (a lost life) alone does not.
 RESETS = "resets"
 
@@ -72,8 +74,23 @@ class GameScoreVector(gym.vector.VectorWrapper):
         self.game_over[:] = False
         return self.env.reset(**kwargs)
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+    def step(self, actions: Any) -> StepResult:
+        return self._scored(self.env.step(actions))
+
+    @property
+    def steps_in_background(self) -> bool:
+        """Whether `send` returns while ALE steps the games on its threads (`recv` collects them)."""
+        return callable(getattr(self.env, "send", None))
+
+    def send(self, actions: Any) -> None:
+        """Start a step: ALE steps the games on its threads until `recv` (see sampling/env_groups.py)."""
+        self.env.send(actions)  # type: ignore[attr-defined]
+
+    def recv(self) -> StepResult:
+        return self._scored(self.env.recv())  # type: ignore[attr-defined]
+
+    def _scored(self, result: StepResult) -> StepResult:
+        obs, reward, terminated, truncated, info = result
         reward = np.asarray(reward, dtype=np.float64)
         starting = self.game_over
         self.game_return[starting] = 0.0

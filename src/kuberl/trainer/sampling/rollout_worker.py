@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode
 
 from kuberl.trainer.sampling.atari import game_scores
 from kuberl.trainer.sampling.atari_vector import RESETS
+from kuberl.trainer.sampling.env_groups import EnvGroup, group_slices
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
 from kuberl.trainer.sampling.wrappers import WrapperSettings
@@ -60,6 +61,7 @@ class WorkerConfig:
     preprocessing: str = "none"  # spec.env.preprocessing
     wrappers: tuple[WrapperSettings, ...] = ()  # spec.env.wrappers
     env_threads: int = 1  # threads that step the envs, where the vector env can use them (ALE's)
+    env_groups: int = 1  # groups of envs stepped in turn, one stepping while the policy acts for another
 
     @property
     def env(self) -> EnvSettings:
@@ -141,25 +143,36 @@ class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
-        self.env = make_vector_env(config.env, num_envs=config.num_envs, threads=config.env_threads)
-        self.same_step_reset = autoreset_mode(self.env) == AutoresetMode.SAME_STEP
-        obs_space = self.env.single_observation_space
-        self.action_space = self.env.single_action_space
+        n = config.num_envs
+        threads = config.env_threads  # each group's: see env_groups.py
+        self.groups = [EnvGroup(make_vector_env(config.env, num_envs=cols.stop - cols.start, threads=threads), cols)
+                       for cols in group_slices(n, config.env_groups)]
+        first = self.groups[0].env
+        self.same_step_reset = autoreset_mode(first) == AutoresetMode.SAME_STEP
+        obs_space = first.single_observation_space
+        self.action_space = first.single_action_space
         env_seed, policy_seed = worker_seeds(config.seed, worker_index)
         self.policy = policy_factory(obs_space, self.action_space, policy_seed)
         self.filter = make_filter(config.observation_filter, tuple(obs_space.shape))
         self.policy_version = 0
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        raw_obs, _ = self.env.reset(seed=env_seed)
+        # ALE's vector env and SyncVectorEnv seed env i with seed + i, so grouping keeps every env's seed (a
+        # native Gymnasium vector env draws its envs' states from one generator: there the draws differ).
+        raw_obs = np.concatenate([group.env.reset(seed=None if env_seed is None else env_seed + group.columns.start)[0]
+                                  for group in self.groups])
         self.obs = self.filter(raw_obs)
         self.raw_obs = raw_obs
-        n = config.num_envs
         self.resetting = np.zeros(n, dtype=bool)  # native autoreset: this step only resets the env
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_length = np.zeros(n, dtype=np.int64)
         self.episode_start = np.full(n, time.time())
         self.episode_steps: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         self.episode_seq = 0
+
+    @property
+    def env(self) -> gym.vector.VectorEnv:
+        """The vector env of a worker with one group (its envs' spaces and wrappers are every group's)."""
+        return self.groups[0].env
 
     # -- weights and settings from the learner --------------------------------------------------
     def set_weights(self, weights: Any, policy_version: int) -> None:
@@ -183,86 +196,83 @@ class RolloutWorker:
         return actions
 
     def sample(self) -> SampleBatch:
-        """One fragment: `fragment_length` steps of every env."""
+        """One fragment: `fragment_length` steps of every env.
+
+        Each group's step is sent, then received when the worker comes back to it, so with two groups one
+        steps while the policy acts for the other; with one, this is act-then-step. Every group's last step
+        is received before the fragment ends: the batch is on-policy for the weights it was sampled with.
+        """
         started = time.perf_counter()
-        T, N = self.config.fragment_length, self.config.num_envs
-        obs_shape = self.obs.shape[1:]
-        # Observations keep their own dtype (uint8 frames); they become float on the device that uses them.
-        obs_dtype = stored_dtype(self.obs.dtype)
-        obs_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
-        next_buf = np.empty((T, N, *obs_shape), dtype=obs_dtype)
-        rewards = np.empty((T, N), dtype=np.float32)
-        terminateds = np.empty((T, N), dtype=bool)
-        truncateds = np.empty((T, N), dtype=bool)
-        valid = np.empty((T, N), dtype=bool)
-        actions_buf: np.ndarray | None = None
-        extras: dict[str, np.ndarray] = {}
-        episodes: list[dict[str, Any]] = []
-        record_steps = self.config.record_steps
-        env_seconds = 0.0
-
-        for t in range(T):
-            actions, policy_extras = self.policy.compute_actions(self.obs, True)
-            if actions_buf is None:
-                actions_buf = np.empty((T, *actions.shape), dtype=actions.dtype)
-                extras = {k: np.empty((T, *v.shape), dtype=v.dtype) for k, v in policy_extras.items()}
-            stepped = time.perf_counter()
-            raw_next, reward, terminated, truncated, info = self.env.step(self._env_actions(actions))
-            env_seconds += time.perf_counter() - stepped
-            next_obs = self.filter(raw_next)
-            step_valid = ~self.resetting
-            done = (terminated | truncated) & step_valid
-
-            obs_buf[t] = self.obs
-            next_buf[t] = next_obs
-            actions_buf[t] = actions
-            for k, v in policy_extras.items():
-                extras[k][t] = v
-            rewards[t] = reward
-            terminateds[t] = terminated & step_valid
-            truncateds[t] = truncated & step_valid
-            valid[t] = step_valid
-
-            if self.same_step_reset and done.any():
-                # The env already reset; the transition's real next obs is in the info.
-                final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(obs_dtype)
-                next_buf[t][done] = self.filter(final, update=False)
-
-            self.episode_return += np.where(step_valid, reward, 0.0)
-            self.episode_length += step_valid
-            if record_steps:
-                for i in np.flatnonzero(step_valid):
-                    self.episode_steps[i].append(
-                        {"obs": self.raw_obs[i].tolist(), "action": actions[i].tolist(), "reward": float(reward[i])}
-                    )
-            if done.any():
-                episodes.extend(self._finish_episodes(done, info))
-            if not self.same_step_reset:
-                reset_now = self.resetting
-                self.resetting = next_step_resets(info, done)
-                self.episode_start[reset_now] = time.time()
-            self.obs = next_obs
-            self.raw_obs = raw_next
-
-        data = {
-            "obs": obs_buf, "actions": actions_buf, "rewards": rewards, "terminateds": terminateds,
-            "truncateds": truncateds, "next_obs": next_buf, "valid": valid, **extras,
-        }
+        fragment = _Fragment(self.config.fragment_length, self.config.num_envs, self.obs)
+        for group in self.groups:
+            self._act(group, 0, fragment)
+        for t in range(fragment.length):
+            for group in self.groups:
+                self._observe(group, t, fragment)
+                if t + 1 < fragment.length:
+                    self._act(group, t + 1, fragment)
         return SampleBatch(
-            data=data, episodes=episodes, env_steps=int(valid.sum()), worker=self.worker_index,
-            policy_version=self.policy_version, filter_delta=self.filter.take_delta(),
-            sample_seconds=time.perf_counter() - started, env_seconds=env_seconds,
+            data=fragment.data(), episodes=fragment.episodes, env_steps=int(fragment.valid.sum()),
+            worker=self.worker_index, policy_version=self.policy_version, filter_delta=self.filter.take_delta(),
+            sample_seconds=time.perf_counter() - started, env_seconds=fragment.env_seconds,
         )
 
-    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any]) -> list[dict[str, Any]]:
-        """Episode records of the envs that finished one. An env that scores games ends an episode only
-        with the game (not with a life), and its record holds the game's unclipped score."""
+    def _act(self, group: EnvGroup, t: int, fragment: _Fragment) -> None:
+        """Pick the group's actions for step t and send them to its envs."""
+        cols = group.columns
+        actions, policy_extras = self.policy.compute_actions(self.obs[cols], True)
+        fragment.record_actions(t, cols, self.obs[cols], actions, policy_extras)
+        sent = time.perf_counter()
+        group.send(self._env_actions(actions))
+        fragment.env_seconds += time.perf_counter() - sent
+
+    def _observe(self, group: EnvGroup, t: int, fragment: _Fragment) -> None:
+        """Receive the group's step t and record its transitions, episode ends and resets."""
+        cols = group.columns
+        waited = time.perf_counter()
+        raw_next, reward, terminated, truncated, info = group.recv()
+        fragment.env_seconds += time.perf_counter() - waited
+        next_obs = self.filter(raw_next)
+        step_valid = ~self.resetting[cols]
+        done = (terminated | truncated) & step_valid
+        fragment.next_obs[t, cols] = next_obs
+        fragment.rewards[t, cols] = reward
+        fragment.terminateds[t, cols] = terminated & step_valid
+        fragment.truncateds[t, cols] = truncated & step_valid
+        fragment.valid[t, cols] = step_valid
+
+        if self.same_step_reset and done.any():
+            # The env already reset; the transition's real next obs is in the info.
+            final = np.stack([info["final_obs"][i] for i in np.flatnonzero(done)]).astype(fragment.next_obs.dtype)
+            fragment.next_obs[t, cols][done] = self.filter(final, update=False)
+
+        self.episode_return[cols] += np.where(step_valid, reward, 0.0)
+        self.episode_length[cols] += step_valid
+        if self.config.record_steps:
+            actions = fragment.actions[t, cols]
+            for i in np.flatnonzero(step_valid):
+                self.episode_steps[cols.start + i].append({"obs": self.raw_obs[cols.start + i].tolist(),
+                                                           "action": actions[i].tolist(), "reward": float(reward[i])})
+        if done.any():
+            fragment.episodes.extend(self._finish_episodes(done, info, cols.start))
+        if not self.same_step_reset:
+            reset_now = self.resetting[cols].copy()
+            self.resetting[cols] = next_step_resets(info, done)
+            self.episode_start[cols][reset_now] = time.time()
+        self.obs[cols] = next_obs
+        self.raw_obs[cols] = raw_next
+
+    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any], first: int = 0) -> list[dict[str, Any]]:
+        """Episode records of the envs that finished one (`done` and `info` of the group whose first env is
+        env `first`). An env that scores games ends an episode only with the game (not with a life), and its
+        record holds the game's unclipped score."""
         indices = np.flatnonzero(done)
         if self.config.scores_games:
             ended, returns, lengths = game_scores(info, done)
             indices = np.flatnonzero(ended)
-            self.episode_return[indices] = returns[indices]
-            self.episode_length[indices] = lengths[indices]
+            self.episode_return[first + indices] = returns[indices]
+            self.episode_length[first + indices] = lengths[indices]
+        indices = first + indices
         now = time.time()
         records = []
         for i in indices:
@@ -280,4 +290,40 @@ class RolloutWorker:
         return records
 
     def stop(self) -> None:
-        self.env.close()
+        for group in self.groups:
+            group.close()
+
+
+class _Fragment:
+    """The [T, N, ...] buffers of one sample, filled a group's columns at a time."""
+
+    def __init__(self, length: int, num_envs: int, obs: np.ndarray):
+        self.length = length
+        # Observations keep their own dtype (uint8 frames); they become float on the device that uses them.
+        shape = (length, num_envs, *obs.shape[1:])
+        self.obs = np.empty(shape, dtype=stored_dtype(obs.dtype))
+        self.next_obs = np.empty(shape, dtype=self.obs.dtype)
+        self.rewards = np.empty((length, num_envs), dtype=np.float32)
+        self.terminateds = np.empty((length, num_envs), dtype=bool)
+        self.truncateds = np.empty((length, num_envs), dtype=bool)
+        self.valid = np.empty((length, num_envs), dtype=bool)
+        self.actions: np.ndarray = np.empty(0)
+        self.extras: dict[str, np.ndarray] = {}
+        self.episodes: list[dict[str, Any]] = []
+        self.env_seconds = 0.0  # sending steps and waiting for them
+        self._num_envs = num_envs
+
+    def record_actions(self, t: int, cols: slice, obs: np.ndarray, actions: np.ndarray,
+                       extras: dict[str, np.ndarray]) -> None:
+        if not self.actions.size:  # shapes and dtypes come from the policy's first answer
+            self.actions = np.empty((self.length, self._num_envs, *actions.shape[1:]), dtype=actions.dtype)
+            self.extras = {k: np.empty((self.length, self._num_envs, *v.shape[1:]), dtype=v.dtype)
+                           for k, v in extras.items()}
+        self.obs[t, cols] = obs
+        self.actions[t, cols] = actions
+        for k, v in extras.items():
+            self.extras[k][t, cols] = v
+
+    def data(self) -> dict[str, np.ndarray]:
+        return {"obs": self.obs, "actions": self.actions, "rewards": self.rewards, "terminateds": self.terminateds,
+                "truncateds": self.truncateds, "next_obs": self.next_obs, "valid": self.valid, **self.extras}
