@@ -38,6 +38,33 @@ def pytest_report_header() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "requires_feature(name): needs an API feature not every backend's server has")
+    config.addinivalue_line("markers", "backend_agnostic(why): nothing the scenario checks depends on the API server; "
+                                       "not run on the real control plane (make e2e runs it on the stand-in)")
+
+
+# Scenarios whose every check is the trainer's or the operator's own logic, on objects and calls that other
+# scenarios already take through the real control plane (the same head and worker pods, Events, RBAC): running
+# them there again cost CI minutes and proved nothing more. Each says why with its marker; they still run on the
+# stand-in (make e2e) and on kind.
+AGNOSTIC_SKIPPED_ON = ("control-plane",)
+_AGNOSTIC = pytest.StashKey[list]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if CLUSTER not in AGNOSTIC_SKIPPED_ON:
+        return
+    agnostic = [item for item in items if item.get_closest_marker("backend_agnostic")]
+    if agnostic:
+        config.hook.pytest_deselected(items=agnostic)
+        items[:] = [item for item in items if item not in agnostic]
+        config.stash[_AGNOSTIC] = [item.nodeid for item in agnostic]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    deselected = config.stash.get(_AGNOSTIC, [])
+    if deselected:
+        terminalreporter.write_line(f"not run on the {CLUSTER} backend, backend-agnostic (they run in make e2e): "
+                                    + ", ".join(deselected))
 
 
 def _start(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Any:

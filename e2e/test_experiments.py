@@ -226,6 +226,8 @@ def test_a_queued_experiment_waits_for_kueue_then_runs_to_success(cluster, exper
     assert "Queued" in phases and "Succeeded" in phases
 
 
+@pytest.mark.backend_agnostic("the same operator, pods and objects as PPO's success scenario; what differs is the "
+                               "trainer inside the pods, which no API server sees")
 @pytest.mark.parametrize(("algorithm", "env", "config"), [
     ("impala", "CartPole-v1", {}),
     ("appo", "CartPole-v1", {}),

@@ -14,6 +14,8 @@ TWO_POLICIES = {"policies": [{"name": "speaker", "agents": ["speaker_0"]},
                              {"name": "listener", "agents": ["listener_*"]}]}
 
 
+@pytest.mark.backend_agnostic("the operator and pods are PPO's success scenario's; the policies, agents and files "
+                               "are the trainer's, which no API server sees")
 def test_a_multi_agent_experiment_trains_every_policy_to_success(cluster, experiments):
     name = unique_name("multiagent")
     experiments.apply(tiny_ppo(name, cluster, env=SPEAKER_LISTENER, multiAgent=TWO_POLICIES,
