@@ -109,7 +109,8 @@ def _run_through(trainer: Trainer, inject, clear, checkpoint_iteration, seconds:
             "recovery_seconds": time.monotonic() - cleared, "checkpoint_before_fault": checkpoint_before}
 
 
-def _end_gracefully(trainer: Trainer, store, results_of, fault: str, figures: dict) -> None:
+def _end_gracefully(trainer: Trainer, store, results_of, fault: str, figures: dict) -> tuple[list[dict], object]:
+    """SIGTERM: exit 143 after a final checkpoint of the last iteration; (results, that checkpoint)."""
     rc, seconds = trainer.terminate(GRACE_SECONDS)
     assert rc == 143, trainer.output()
     assert "Terminated: stopped by SIGTERM after a final checkpoint" in "\n".join(trainer.lines)
@@ -120,6 +121,22 @@ def _end_gracefully(trainer: Trainer, store, results_of, fault: str, figures: di
     assert steps_lost == 0
     report_figures(fault, **figures, sigterm_to_exit_seconds=seconds, iterations=len(results),
                    steps_lost=steps_lost, final_checkpoint=final.iteration)
+    return results, final
+
+
+def _reads_back_like_a_local_run(store: S3Store, s3: S3Server, results: list[dict], final, tmp_path: Path) -> None:
+    """The run that went through the outage reads back from S3 like a local one: every episode's trace,
+    `kuberl traces` (summary and curve) and `kuberl evaluate` of its final checkpoint."""
+    from kuberl.trainer.evaluation.checkpoint import evaluate_checkpoint
+    from kuberl.trainer.run.traces_report import report
+    from kuberl.trainer.storage.traces import read_traces
+
+    assert len(list(read_traces(store))) >= results[-1]["episodes"]
+    text = report(store.uri, endpoint=s3.endpoint, png_path=tmp_path / "curve.png")
+    assert f"results: {len(results)} iterations" in text
+    assert (tmp_path / "curve.png").stat().st_size > 1000
+    evaluation = evaluate_checkpoint(final.uri, episodes=2, endpoint=s3.endpoint)
+    assert f"checkpoint {final.uri} (iteration {final.iteration}" in evaluation
 
 
 @pytest.mark.slow
@@ -148,11 +165,15 @@ def test_training_goes_on_through_a_faulty_store_and_loses_nothing(
     try:
         figures = _run_through(trainer, inject, clear, checkpoint_iteration, seconds)
         figures["requests_delayed_or_failed"] = s3.delayed - delayed + s3.failed - failed
-        _end_gracefully(trainer, store, lambda: assert_results_contiguous(store), fault, figures)
+        results, final = _end_gracefully(trainer, store, lambda: assert_results_contiguous(store), fault, figures)
     finally:
         s3.clear()
         s3.start()
         trainer.kill()
+    if fault == "s3-down-12s":
+        # This case is also the S3-outage run that test_storage_resume.py had (a second trainer through the
+        # same 12 s outage, 34 s of CI): its checks of the run's files in S3 after the outage are here.
+        _reads_back_like_a_local_run(store, s3, results, final, tmp_path)
 
 
 def _namespaces_work() -> bool:

@@ -80,8 +80,10 @@ def test_a_sweep_runs_prunes_and_summarises(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_sweep_continues_without_duplicate_trials(tmp_path: Path) -> None:
-    # Trials long enough (a few seconds on an idle machine) that the interrupt lands while the second one runs.
-    path = sweep_file(tmp_path, "again", timesteps=30_000, search={"algorithm": "tpe", "seed": 2, "startupTrials": 1},
+    # Trials long enough that the interrupt lands while the second one runs: 48 iterations, 4.4 s of training each
+    # with the machine busy (load about 10), and the interrupt came in the second trial's 2nd iteration. They had
+    # 30,000 steps (117 iterations); the sweep's and the trials' process starts are most of the test's time.
+    path = sweep_file(tmp_path, "again", timesteps=12_288, search={"algorithm": "tpe", "seed": 2, "startupTrials": 1},
                       maxTrials=3, parallelism=1)
     directory = tmp_path / "kuberl-sweeps" / "again"
     proc = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "sweep", "-f", str(path)], cwd=tmp_path,
