@@ -8,7 +8,8 @@ budget; the worst seed is what counts.
 
 Each run is `kuberl train -f MANIFEST --storage file://... --quiet` in its own process (its own Ray), one
 after another. The return is the run's last 100-episode return mean (`episodeReturnMean` of the last results
-line); the first results line's `defaults` record says which set and which machine values were chosen. The
+line); the first results line's `defaults` record says which set and which machine values were chosen; each seed's curve (the return
+against env steps, about 200 points) and its best return go into --json. The
 table marks a row `yes` where the worst seed is at or above the reference, `no` below it, and `-` where no
 reference at that budget was published (or --timesteps cut the budget: then the row is a smoke run only).
 """
@@ -29,6 +30,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+CURVE_POINTS = 200
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,20 @@ def train(row: Row, seed: int, timesteps: int, work: Path) -> dict[str, Any]:
         return {"seed": seed, "ok": False, "wallSeconds": wall, "error": (proc.stderr or proc.stdout)[-2000:]}
     lines = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line.strip()]
     last = lines[-1]
+    curve = return_curve(lines)
     return {"seed": seed, "ok": True, "return": last.get("episodeReturnMean"), "timesteps": last.get("timesteps"),
-            "wallSeconds": round(wall, 1), "defaults": lines[0].get("defaults"),
+            "best": max((r for _, r in curve), default=None), "wallSeconds": round(wall, 1),
+            "defaults": lines[0].get("defaults"), "curve": curve,
             "defaultsLine": next((line for line in proc.stdout.splitlines() if line.startswith("using the ")), "")}
+
+
+def return_curve(lines: list[dict[str, Any]], points: int = CURVE_POINTS) -> list[tuple[int, float]]:
+    """(env steps, 100-episode return mean) along the run, thinned to about `points` and always with the last:
+    a row that ends low after reaching its reference (a collapse) reads differently from one that never did."""
+    scored = [(int(line["timesteps"]), float(line["episodeReturnMean"])) for line in lines
+              if line.get("episodeReturnMean") is not None and line.get("timesteps") is not None]
+    stride = max(1, len(scored) // points)
+    return scored[::stride] + ([scored[-1]] if scored and (len(scored) - 1) % stride else [])
 
 
 def verdict(row: Row, worst: float | None, timesteps: int) -> str:

@@ -285,6 +285,8 @@ CASES: tuple[BadInput, ...] = (
     C("rollouts.fragmentLength", 1.5, WRONG_TYPE, True),
     C("rollouts.envThreads", 0, OUT_OF_RANGE, True),
     C("rollouts.envThreads", "many", WRONG_TYPE, True),
+    C("rollouts.envGroups", 0, OUT_OF_RANGE, True),
+    C("rollouts.envGroups", 3, INCONSISTENT, False, note="3 groups do not split the 8 envs per worker"),
     C("replay.shards", 257, OUT_OF_RANGE, True),
     C("replay.shards", 0, INCONSISTENT, False, base={"algorithm": "apex-dqn"}),
     C("replay.capacity", 0, OUT_OF_RANGE, True),
