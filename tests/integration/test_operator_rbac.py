@@ -196,7 +196,7 @@ class Lifecycle:
         wait_for(lambda: "sw-t000-head" in self.pods(), timeout=60, what="the sweep's trial and its head pod")
         self.custom.delete_namespaced_custom_object("kuberl.io", "v1alpha1", WATCHED, "rlsweeps", "sw")
         wait_for(lambda: "sw-t000" not in [o["metadata"]["name"] for o in self.custom.list_namespaced_custom_object(
-            "kuberl.io", "v1alpha1", WATCHED, "rlexperiments")["items"]], timeout=30, what="the trial deleted")
+            "kuberl.io", "v1alpha1", WATCHED, "rlexperiments")["items"]], timeout=90, what="the trial deleted")
 
 
 def _container_env(container: dict[str, Any]) -> dict[str, str]:
