@@ -78,10 +78,11 @@ def _worker(same_step: bool, **env_config) -> RolloutWorker:
     if not same_step:  # the same envs under Gymnasium's other autoreset convention
         worker.env.close()
         env = gym.vector.SyncVectorEnv([lambda: StackedBeacon(**env_config)] * 3, autoreset_mode=AutoresetMode.NEXT_STEP)
-        worker.groups = [EnvGroup(env, slice(0, 3))]
+        group = EnvGroup(env, slice(0, 3))
+        group.obs, _ = env.reset(seed=4)
+        group.raw_obs = group.obs
+        worker.groups = [group]
         worker.same_step_reset = False
-        worker.obs, _ = env.reset(seed=4)
-        worker.raw_obs = worker.obs
     return worker
 
 

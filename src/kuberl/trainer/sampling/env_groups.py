@@ -29,11 +29,14 @@ def group_slices(num_envs: int, groups: int) -> list[slice]:
 
 
 class EnvGroup:
-    """One group's vector env and the worker's env columns it holds."""
+    """One group's vector env, the worker's env columns it holds, and its envs' current observations (as the
+    env gave them, and filtered for the policy)."""
 
     def __init__(self, env: gym.vector.VectorEnv, columns: slice):
         self.env = env
         self.columns = columns
+        self.raw_obs: np.ndarray = np.empty(0)
+        self.obs: np.ndarray = np.empty(0)
         self.overlaps = bool(getattr(env, "steps_in_background", False))
         self._actions: np.ndarray | None = None
 

@@ -158,10 +158,9 @@ class RolloutWorker:
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         # ALE's vector env and SyncVectorEnv seed env i with seed + i, so grouping keeps every env's seed (a
         # native Gymnasium vector env draws its envs' states from one generator: there the draws differ).
-        raw_obs = np.concatenate([group.env.reset(seed=None if env_seed is None else env_seed + group.columns.start)[0]
-                                  for group in self.groups])
-        self.obs = self.filter(raw_obs)
-        self.raw_obs = raw_obs
+        for group in self.groups:
+            group.raw_obs, _ = group.env.reset(seed=None if env_seed is None else env_seed + group.columns.start)
+            group.obs = self.filter(group.raw_obs)
         self.resetting = np.zeros(n, dtype=bool)  # native autoreset: this step only resets the env
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_length = np.zeros(n, dtype=np.int64)
@@ -203,7 +202,7 @@ class RolloutWorker:
         is received before the fragment ends: the batch is on-policy for the weights it was sampled with.
         """
         started = time.perf_counter()
-        fragment = _Fragment(self.config.fragment_length, self.config.num_envs, self.obs)
+        fragment = _Fragment(self.config.fragment_length, self.config.num_envs, self.groups[0].obs)
         for group in self.groups:
             self._act(group, 0, fragment)
         for t in range(fragment.length):
@@ -220,8 +219,8 @@ class RolloutWorker:
     def _act(self, group: EnvGroup, t: int, fragment: _Fragment) -> None:
         """Pick the group's actions for step t and send them to its envs."""
         cols = group.columns
-        actions, policy_extras = self.policy.compute_actions(self.obs[cols], True)
-        fragment.record_actions(t, cols, self.obs[cols], actions, policy_extras)
+        actions, policy_extras = self.policy.compute_actions(group.obs, True)
+        fragment.record_actions(t, cols, group.obs, actions, policy_extras)
         sent = time.perf_counter()
         group.send(self._env_actions(actions))
         fragment.env_seconds += time.perf_counter() - sent
@@ -251,7 +250,7 @@ class RolloutWorker:
         if self.config.record_steps:
             actions = fragment.actions[t, cols]
             for i in np.flatnonzero(step_valid):
-                self.episode_steps[cols.start + i].append({"obs": self.raw_obs[cols.start + i].tolist(),
+                self.episode_steps[cols.start + i].append({"obs": group.raw_obs[i].tolist(),
                                                            "action": actions[i].tolist(), "reward": float(reward[i])})
         if done.any():
             fragment.episodes.extend(self._finish_episodes(done, info, cols.start))
@@ -259,8 +258,8 @@ class RolloutWorker:
             reset_now = self.resetting[cols].copy()
             self.resetting[cols] = next_step_resets(info, done)
             self.episode_start[cols][reset_now] = time.time()
-        self.obs[cols] = next_obs
-        self.raw_obs[cols] = raw_next
+        group.obs = next_obs
+        group.raw_obs = raw_next
 
     def _finish_episodes(self, done: np.ndarray, info: dict[str, Any], first: int = 0) -> list[dict[str, Any]]:
         """Episode records of the envs that finished one (`done` and `info` of the group whose first env is
