@@ -43,8 +43,6 @@ def _placements(results: list[dict[str, Any]], kind: str) -> dict[str, set[tuple
     return seen
 
 
-@pytest.mark.backend_agnostic("where Ray places the actors among the pods' Ray nodes: the pods, their CPUs and IPs "
-                               "come from the pod runner on either backend, and the API server only stores them")
 def test_apex_workers_go_to_the_worker_pod_first_and_shards_stay_on_the_head(cluster, experiments):
     name = unique_name("apex")
     experiments.apply(tiny_ppo(
