@@ -42,12 +42,17 @@ TASK_EXAMPLES = {"spread": "multiagent-spread-ppo.yaml", "speaker-listener": "mu
 
 
 def task_spec(task: str, workers: int = 0) -> dict[str, Any]:
-    """The example's spec without its cluster parts, sampled by `workers` rollout workers (0: in the learner's
-    process) of the example's envs and fragments."""
+    """The example's spec without its cluster parts, its envs and fragments sampled by `workers` rollout workers
+    (0: in the learner's process) that share the example's envs out between them, so a batch holds the same env
+    steps however many sample it (RLlib's env runners share their envs the same way)."""
     import yaml
 
     spec = yaml.safe_load((EXAMPLES / TASK_EXAMPLES[task]).read_text())["spec"]
-    rollouts = {"workers": workers, **{k: spec["rollouts"][k] for k in ("envsPerWorker", "fragmentLength")}}
+    envs = spec["rollouts"]["envsPerWorker"]
+    if workers > 1 and envs % workers:
+        raise SystemExit(f"bench/multiagent.py: --workers {workers} does not share the example's {envs} envs evenly")
+    rollouts = {"workers": workers, "envsPerWorker": envs // max(1, workers),
+                "fragmentLength": spec["rollouts"]["fragmentLength"]}
     return {"algorithm": spec["algorithm"], "env": spec["env"], "rollouts": rollouts,
             "config": {k: v for k, v in spec["config"].items() if k != "seed"},
             **({"multiAgent": spec["multiAgent"]} if "multiAgent" in spec else {})}
