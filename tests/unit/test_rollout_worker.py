@@ -155,7 +155,6 @@ def test_in_process_worker_set_passes_weights_and_versions() -> None:
         workers.stop()
 
 
-
 @pytest.mark.parametrize("groups", [2, 4])
 def test_env_groups_sample_what_one_group_does(corridor: str, groups: int) -> None:
     """rollouts.envGroups changes the order the envs step in, not the transitions: here Gymnasium's same-step

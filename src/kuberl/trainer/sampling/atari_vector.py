@@ -33,8 +33,7 @@ from kuberl.trainer.sampling.atari import (
     NOOP_MAX,
     SCREEN_SIZE,
 )
-
-StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+from kuberl.trainer.sampling.env_groups import StepResult
 
 # info key: the envs that reset on the next step (a game over), where a termination (a lost life) alone does not.
 RESETS = "resets"

@@ -14,10 +14,13 @@ group is sent before the other is done).
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 
-from kuberl.trainer.sampling.atari_vector import StepResult
+# A vector env's step: observations, rewards, terminations, truncations, info.
+StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
 def group_slices(num_envs: int, groups: int) -> list[slice]:
