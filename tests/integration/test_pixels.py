@@ -179,11 +179,16 @@ def test_learns_catch_a_pixel_game_whose_reward_comes_steps_after_the_moves_that
     play scores about -0.6). Bounded by env steps, not time: a loaded machine is slower, not failing."""
     algo = _catch(algorithm).build()
     try:
-        result = algo.train()
-        while result["timesteps"] < CATCH_STEP_BUDGET[algorithm] and not (
-                result["episodes"] >= 100 and result["episodeReturnMean"] >= 0.8):
+        result, greedy = algo.train(), None
+        while result["timesteps"] < CATCH_STEP_BUDGET[algorithm]:
+            if result["episodes"] >= 100 and result["episodeReturnMean"] >= 0.8:
+                # The greedy policy must catch too. Asked only once the sampled one does: APPO's learner runs
+                # beside sampling, so on a loaded machine the policy that first crosses 0.8 may be a borderline one.
+                greedy = algo.evaluate(episodes=20)["episodeReturnMean"]
+                if greedy >= 0.6:
+                    break
             result = algo.train()
         assert result["episodeReturnMean"] >= 0.8, (result["timesteps"], result["episodeReturnMean"])
-        assert algo.evaluate(episodes=20)["episodeReturnMean"] >= 0.6  # the greedy policy catches too
+        assert greedy is not None and greedy >= 0.6, (result["timesteps"], greedy)
     finally:
         algo.stop()

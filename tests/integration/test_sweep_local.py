@@ -86,8 +86,11 @@ def test_an_interrupted_sweep_continues_without_duplicate_trials(tmp_path: Path)
     path = sweep_file(tmp_path, "again", timesteps=12_288, search={"algorithm": "tpe", "seed": 2, "startupTrials": 1},
                       maxTrials=3, parallelism=1)
     directory = tmp_path / "kuberl-sweeps" / "again"
+    # SIGINT restored to its default in the child: a shell without job control starts its background commands
+    # (`make test &`) with SIGINT ignored, and Python would then inherit that and never see the Ctrl-C.
     proc = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "sweep", "-f", str(path)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # interrupt once the second trial runs

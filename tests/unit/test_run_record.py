@@ -77,10 +77,11 @@ def test_the_listed_env_seeds_are_the_ones_the_worker_reset_with():
     (worker,) = record["seeds"]["workers"]
     algo = algorithm_config_for(exp).build()
     try:
+        reset_with = np.concatenate([group.raw_obs for group in algo.sampler.local_worker.groups])
         expected, _ = make_vector_env("CartPole-v1", num_envs=worker["envs"]).reset(seed=worker["envSeed"])
-        np.testing.assert_array_equal(algo.sampler.local_worker.raw_obs, expected)
+        np.testing.assert_array_equal(reset_with, expected)
         unseeded, _ = make_vector_env("CartPole-v1", num_envs=worker["envs"]).reset(seed=worker["envSeed"] + 1)
-        assert not np.array_equal(algo.sampler.local_worker.raw_obs, unseeded)  # the check can fail
+        assert not np.array_equal(reset_with, unseeded)  # the check can fail
     finally:
         algo.stop()
 
