@@ -96,6 +96,11 @@ def test_the_sets_differ_where_the_published_settings_do():
     assert DEFAULTS["sac"]["continuous-vector"].plain()["replay.capacity"] == 1_000_000
     assert DEFAULTS["dqn"]["image"].plain()["config.learningStarts"] == 100_000
     assert DEFAULTS["apex-dqn"]["image"].plain()["config.nStep"] == 3
+    # APPO on vector tasks has no entropy bonus (RLlib's cartpole_appo.py): with one, CartPole at its cap drifted
+    # back to uniform play. Images keep RLlib's Pong value; IMPALA keeps its bonus.
+    assert DEFAULTS["appo"]["discrete-vector"].values["config.entropyCoeff"].source == "rllib-appo-cartpole"
+    assert DEFAULTS["appo"]["image"].plain()["config.entropyCoeff"] == 0.01
+    assert DEFAULTS["impala"]["discrete-vector"].plain()["config.entropyCoeff"] == 0.01
 
 
 def test_the_manifests_values_win_field_by_field():

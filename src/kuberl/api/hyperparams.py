@@ -163,6 +163,10 @@ class IMPALAParams(CommonParams):
 
 class APPOParams(IMPALAParams):
     lr: float = Field(1e-3, gt=0, le=1.0)
+    entropy_coeff: float = Field(
+        0.0, ge=0, description="No bonus by default, as RLlib's tuned CartPole APPO: once every episode reaches a "
+        "task's cap the advantages vanish and a bonus alone pulls the policy back toward uniform play (images: 0.01)."
+    )
     clip_param: float = Field(0.4, gt=0, description="PPO's surrogate clip of the ratio to the target policy.")
     target_worker_clipping: float = Field(
         2.0, gt=0, description="Clip of mu / pi_target, the behaviour-to-target part of the ratio (IMPACT)."
