@@ -54,7 +54,7 @@ SOURCES: dict[str, str] = {
     "apex-paper": "Horgan et al. 2018 (Ape-X) and examples/pong-apex.yaml: n-step 3, batch 512, 50k steps "
     "before learning, target every 2,500 updates, eps_i = 0.4^(1 + 7 i/(N-1)); the paper's learner trained on "
     "about 0.8 samples per env step",
-    "rllib-appo-pong": "RLlib tuned_examples/appo/pong_appo.py (lr 5e-4, vf_loss_coeff 1.0, entropy 0.01, "
+    "rllib-appo-pong": "RLlib tuned_examples/appo/pong_appo.py (lr 5e-4 held constant, vf_loss_coeff 1.0, entropy 0.01, "
     "batches of 500, target network every 2 updates, broadcast every 5, a buffer of 4 batches used twice each) "
     "with RLlib's APPO defaults (clip_param 0.4, grad_clip 40), and pong-appo.yaml's 8 envs per worker and "
     "fragments of 50",
@@ -151,11 +151,11 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
         "discrete-vector": DefaultSet(_APPO_DISCRETE),
         "continuous-vector": DefaultSet({**_APPO_DISCRETE, **_set("gaussian-policy", config__entropyCoeff=0.0,
                                                                    config__observationFilter="mean_std")}),
-        "image": DefaultSet(_set("rllib-appo-pong", config__lr=5e-4, config__vfCoeff=1.0, config__entropyCoeff=0.01,
-                                 config__clipParam=0.4, config__gradClip=40.0, config__trainBatchSize=500,
-                                 config__targetUpdateInterval=2, config__broadcastInterval=5,
-                                 config__bufferBatches=4, config__batchReuse=2, rollouts__envsPerWorker=8,
-                                 rollouts__fragmentLength=50)),
+        "image": DefaultSet(_set("rllib-appo-pong", config__lr=5e-4, config__annealLr=False, config__vfCoeff=1.0,
+                                 config__entropyCoeff=0.01, config__clipParam=0.4, config__gradClip=40.0,
+                                 config__trainBatchSize=500, config__targetUpdateInterval=2,
+                                 config__broadcastInterval=5, config__bufferBatches=4, config__batchReuse=2,
+                                 rollouts__envsPerWorker=8, rollouts__fragmentLength=50)),
     },
     "sac": {
         "continuous-vector": DefaultSet({

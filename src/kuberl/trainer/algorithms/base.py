@@ -12,6 +12,7 @@ import json
 import os
 import random
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,6 +23,7 @@ import torch
 
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
+from kuberl.trainer.learning.schedules import remaining_fraction
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
@@ -94,6 +96,10 @@ class Algorithm:
         self.frame_stack = spaces.frame_stack
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
         self.sampler: Sampler | None = None  # set by setup(): the rollout workers, however they run
+        # Only where the manifest asked for it: APPO anneals by default wherever there is a step budget.
+        if "anneal_lr" in self.params.model_fields_set and self.params.anneal_lr and self.spec.stop.timesteps is None:
+            warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
+                          RuntimeWarning, stacklevel=2)
         self.setup()
 
     # -- what a subclass implements --------------------------------------------------------------
@@ -108,6 +114,13 @@ class Algorithm:
     def training_step(self) -> dict[str, Any]:
         """Sample and learn once. Returns {"envSteps": int, ...algorithm-specific nested stats}."""
         raise NotImplementedError
+
+    def lr_remaining(self, env_steps: int = 0, params: CommonParams | None = None) -> float | None:
+        """`annealLr` of `params` (a multi-agent policy's own; default the run's): the share of the env-step budget
+        left after `env_steps` more; None: the rate stays."""
+        if not getattr(params or self.params, "anneal_lr", False) or not self.spec.stop.timesteps:
+            return None
+        return remaining_fraction(self.timesteps + env_steps, self.spec.stop.timesteps)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         """Actions for a batch of filtered observations, from the learner's model."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -44,9 +43,6 @@ class PPO(Algorithm):
         p = self.params
         model = ActorCritic(self.observation_space, self.action_space, p.hidden, p.activation, EncoderSpec.from_params(p))
         self.learner = PPOLearner(model, p, self.device, self.np_random, bf16=self.spec.learner.bf16)
-        if p.anneal_lr and self.spec.stop.timesteps is None:
-            warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
-                          RuntimeWarning, stacklevel=2)
         self.sampler = WorkerSet(self.worker_config(), PPOPolicyFactory.from_params(p, self.sampling_device()),
                                  self.spec.rollouts.workers)
         self.sync_weights()
@@ -69,8 +65,8 @@ class PPO(Algorithm):
         sample_seconds = time.perf_counter() - started
         env_steps = sum(b.env_steps for b in batches)
         batch = self.learner.learner_batch(batches)
-        if self.params.anneal_lr and self.spec.stop.timesteps:
-            self.learner.anneal(1.0 - (self.timesteps + env_steps) / self.spec.stop.timesteps)
+        if (remaining := self.lr_remaining(env_steps)) is not None:
+            self.learner.anneal(remaining)
         learning = time.perf_counter()
         learner_stats = self.learner.update(batch)
         learner_stats["updateSeconds"] = time.perf_counter() - learning

@@ -241,9 +241,8 @@ class MultiAgentPPO(MultiAgentAlgorithm):
             learner, policy_batches = self.learners[name], self.policy_batches(batches, name)
             if not policy_batches:
                 continue
-            params = learner.params
-            if params.anneal_lr and self.spec.stop.timesteps:
-                learner.anneal(1.0 - (self.timesteps + env_steps) / self.spec.stop.timesteps)
+            if (remaining := self.lr_remaining(env_steps, learner.params)) is not None:
+                learner.anneal(remaining)
             learning = time.perf_counter()
             stats[name] = learner.update(learner.learner_batch(policy_batches))
             stats[name]["updateSeconds"] = time.perf_counter() - learning
@@ -291,6 +290,9 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
     def training_step(self) -> dict[str, Any]:
         p = self.params
         assert isinstance(p, IMPALAParams)
+        for name in self.trained:
+            if (remaining := self.lr_remaining(params=self.learners[name].params)) is not None:
+                self.learners[name].anneal(remaining)
         started = time.perf_counter()
         deadline = started + p.min_iteration_seconds
         learned = False
