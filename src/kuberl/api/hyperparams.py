@@ -166,7 +166,7 @@ class APPOParams(IMPALAParams):
     lr: float = Field(1e-3, gt=0, le=1.0)
     entropy_coeff: float = Field(
         0.0, ge=0, description="No bonus by default, as RLlib's tuned CartPole APPO: once every episode reaches a "
-        "task's cap the advantages vanish and a bonus alone pulls the policy back toward uniform play (images: 0.01)."
+        "task's cap the advantages vanish and a bonus alone moves the policy toward uniform play (images: 0.01)."
     )
     anneal_lr: bool = Field(
         True, description="Linear learning-rate decay to 0 over stop.timesteps (none without it). On by default: "
