@@ -100,9 +100,48 @@ from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
 from ray.tune.registry import register_env
 
+# kuberl's multiAgent.agentIdFeature on RLlib's side: a one-hot of the agent's index (in the env's own order of
+# agents) appended to its observation.
+class AgentIdFeature:
+
+    def __init__(self, env):
+        import gymnasium as gym
+        import numpy as np
+        self.env, self.np = env, np
+        self.index = {agent: i for i, agent in enumerate(env.possible_agents)}
+        self.spaces = {}
+        for agent in env.possible_agents:
+            space = env.observation_space(agent)
+            ones = np.ones(len(self.index), dtype=space.dtype)
+            self.spaces[agent] = gym.spaces.Box(np.concatenate([space.low, 0 * ones]), np.concatenate([space.high, ones]),
+                                                dtype=space.dtype)
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def observation_space(self, agent):
+        return self.spaces[agent]
+
+    def _with_id(self, observations):
+        out = {}
+        for agent, obs in observations.items():
+            one_hot = self.np.zeros(len(self.index), dtype=obs.dtype)
+            one_hot[self.index[agent]] = 1
+            out[agent] = self.np.concatenate([obs, one_hot])
+        return out
+
+    def reset(self, *args, **kwargs):
+        observations, infos = self.env.reset(*args, **kwargs)
+        return self._with_id(observations), infos
+
+    def step(self, actions):
+        observations, *rest = self.env.step(actions)
+        return (self._with_id(observations), *rest)
+
 def make_spread(cfg):
     from mpe2 import simple_spread_v3  # in each env runner's process
-    return ParallelPettingZooEnv(simple_spread_v3.parallel_env(**cfg))
+    env = simple_spread_v3.parallel_env(**cfg["env"])
+    return ParallelPettingZooEnv(AgentIdFeature(env) if cfg["agent_id_feature"] else env)
 
 register_env("spread", make_spread)
 # A Ray of its own ("local": never someone else's cluster on this machine), with logical CPUs beyond a small
@@ -110,7 +149,7 @@ register_env("spread", make_spread)
 ray.init(address="local", _node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False,
          num_cpus=max(6, os.cpu_count()))
 config = (PPOConfig()
-          .environment("spread", env_config=spec["env_config"])
+          .environment("spread", env_config={"env": spec["env_config"], "agent_id_feature": spec["agent_id_feature"]})
           # One policy (RLModule) shared by every agent: parameter sharing, as kuberl's default `shared` policy.
           .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, *args, **kwargs: "shared")
           .debugging(seed=spec["seed"]))
@@ -177,7 +216,10 @@ def rllib_spec(seed: int, env_steps: int, env_runners: int | None, rllib_default
                                          "num_envs_per_env_runner": RLLIB_ENVS_PER_RUNNER}
     if env_runners is not None:
         runners["num_env_runners"] = env_runners
-    return {"seed": seed, "env_steps": env_steps, "env_config": task_spec("spread")["env"]["config"],
+    spec = task_spec("spread")
+    return {"seed": seed, "env_steps": env_steps, "env_config": spec["env"]["config"],
+            # the example's agent-id feature, which RLlib has no switch for: the script's own wrapper
+            "agent_id_feature": not rllib_defaults and spec.get("multiAgent", {}).get("agentIdFeature", False),
             "training": {} if rllib_defaults else RLLIB_TRAINING, "model": {} if rllib_defaults else RLLIB_MODEL,
             "env_runners": runners}
 
