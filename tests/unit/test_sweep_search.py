@@ -163,6 +163,20 @@ def test_median_pruning_stops_a_trial_below_the_median_of_finished_ones():
     assert not search.should_prune(spec, restored, lucky.number)
 
 
+def test_median_pruning_compares_trials_whose_values_came_at_steps_of_their_own():
+    # The operator records a value whenever it reads a trial's status: a finished trial read at 1,024 and then
+    # (after an operator restart) from 18,944, a lagging one at 3,584, 8,704 and 14,336. No step is shared.
+    spec = sweep_spec(parallelism=2, earlyStopping={"algorithm": "median", "interval": 512, "startupTrials": 1})
+    state = SweepState()
+    done, lagging = search.propose(spec, state, "s")
+    done.intermediate = [[1024.0, 29.7], [18944.0, 141.6], [23552.0, 156.7], [98304.0, 200.0]]
+    search.finish(done, TrialState.SUCCEEDED, 200.0)
+    lagging.intermediate = [[3584.0, 5.0], [8704.0, 5.0], [14336.0, 5.0]]
+    assert search.should_prune(spec, state, lagging.number)  # 5 against 29.7, the finished trial's value by then
+    assert search.held_values(done.intermediate, [512, 1024, 3584, 20000, 99000]) == {1024: 29.7, 3584: 29.7,
+                                                                                       20000: 141.6}
+
+
 def test_successive_halving_keeps_its_rungs_in_the_durable_state():
     spec = sweep_spec(parallelism=6, maxTrials=6, earlyStopping={"algorithm": "asha", "interval": 1000,
                                                                  "minSteps": 1000, "reductionFactor": 3})

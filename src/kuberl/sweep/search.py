@@ -100,6 +100,10 @@ def build_study(spec: RLSweepSpec, state: SweepState, *, sampler: Any = None) ->
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction=_direction(spec), sampler=sampler, pruner=_pruner(spec))
     dists = distributions(spec)
+    # The operator records a trial's value whenever it reads the trial's status, so trials report at steps of
+    # their own; the pruners compare trials at one step. Each trial's last value by then stands at every step any
+    # trial reported inside its own range.
+    steps = sorted({int(step) for record in state.trials for step, _ in record.intermediate})
     for record in state.trials:
         optuna_state = getattr(OptunaState, _OPTUNA_STATES[record.state])
         value = record.value if optuna_state == OptunaState.COMPLETE else None
@@ -109,10 +113,26 @@ def build_study(spec: RLSweepSpec, state: SweepState, *, sampler: Any = None) ->
             state=optuna_state, value=value,
             params={k: v for k, v in record.params.items() if k in dists},
             distributions={k: d for k, d in dists.items() if k in record.params},
-            intermediate_values={int(step): float(v) for step, v in record.intermediate},
+            intermediate_values=held_values(record.intermediate, steps),
             system_attrs=dict(record.pruner_state),
         ))
     return study
+
+
+def held_values(points: list[tuple[float, float]], steps: list[int]) -> dict[int, float]:
+    """A trial's (step, value) points at each of `steps` within its first and last step: the last value by then."""
+    ordered = sorted((int(step), float(value)) for step, value in points)
+    if not ordered:
+        return {}
+    held: dict[int, float] = {}
+    at = 0
+    for step in steps:
+        if step < ordered[0][0] or step > ordered[-1][0]:
+            continue
+        while at + 1 < len(ordered) and ordered[at + 1][0] <= step:
+            at += 1
+        held[step] = ordered[at][1]
+    return held
 
 
 # -- proposing -----------------------------------------------------------------------------------------
