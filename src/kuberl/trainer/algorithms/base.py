@@ -23,7 +23,7 @@ import torch
 
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
-from kuberl.trainer.learning.schedules import remaining_fraction
+from kuberl.trainer.learning.schedules import anneal_lr, remaining_fraction
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
@@ -115,12 +115,13 @@ class Algorithm:
         """Sample and learn once. Returns {"envSteps": int, ...algorithm-specific nested stats}."""
         raise NotImplementedError
 
-    def lr_remaining(self, env_steps: int = 0, params: CommonParams | None = None) -> float | None:
-        """`annealLr` of `params` (a multi-agent policy's own; default the run's): the share of the env-step budget
-        left after `env_steps` more; None: the rate stays."""
-        if not getattr(params or self.params, "anneal_lr", False) or not self.spec.stop.timesteps:
-            return None
-        return remaining_fraction(self.timesteps + env_steps, self.spec.stop.timesteps)
+    def anneal(self, learner: Any, env_steps: int = 0) -> None:
+        """`annealLr` of the learner's params (a multi-agent policy's own): set its optimizer's rate for the share
+        of the env-step budget left after `env_steps` more. Nothing without annealLr or a step budget."""
+        params = learner.params
+        if getattr(params, "anneal_lr", False) and self.spec.stop.timesteps:
+            anneal_lr(learner.optimizer, params.lr,
+                      remaining_fraction(self.timesteps + env_steps, self.spec.stop.timesteps))
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         """Actions for a batch of filtered observations, from the learner's model."""

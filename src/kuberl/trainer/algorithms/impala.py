@@ -100,8 +100,7 @@ class IMPALA(Algorithm):
     # -- one iteration ---------------------------------------------------------------------------
     def training_step(self) -> dict[str, Any]:
         p = self.params
-        if (remaining := self.lr_remaining()) is not None:
-            self.learner.anneal(remaining)
+        self.anneal(self.learner)
         started = time.perf_counter()
         deadline = started + p.min_iteration_seconds
         env_steps, updates_before, waited = 0, self.updates, 0.0

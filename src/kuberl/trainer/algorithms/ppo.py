@@ -65,8 +65,7 @@ class PPO(Algorithm):
         sample_seconds = time.perf_counter() - started
         env_steps = sum(b.env_steps for b in batches)
         batch = self.learner.learner_batch(batches)
-        if (remaining := self.lr_remaining(env_steps)) is not None:
-            self.learner.anneal(remaining)
+        self.anneal(self.learner, env_steps)
         learning = time.perf_counter()
         learner_stats = self.learner.update(batch)
         learner_stats["updateSeconds"] = time.perf_counter() - learning

@@ -27,7 +27,6 @@ from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
 from kuberl.trainer.learning.device import learner_autocast, to_device
 from kuberl.trainer.learning.gae import compute_gae
-from kuberl.trainer.learning.schedules import anneal_lr
 from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
 from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
@@ -197,10 +196,6 @@ class PPOLearner:
         return next_values_from(torch.from_numpy(values), reuse, computed, compute).numpy()
 
     # -- the update ----------------------------------------------------------------------------------
-    def anneal(self, remaining: float) -> None:
-        """The learning rate at `remaining` (1 to 0) of the run's env steps."""
-        anneal_lr(self.optimizer, self.params.lr, remaining)
-
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         p = self.params
         size = len(batch["obs"])

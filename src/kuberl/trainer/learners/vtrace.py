@@ -28,7 +28,6 @@ from torch import nn
 from kuberl.api.hyperparams import APPOParams, IMPALAParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
 from kuberl.trainer.learning.device import learner_autocast
-from kuberl.trainer.learning.schedules import anneal_lr
 from kuberl.trainer.learning.vtrace import (
     TraceClips,
     TraceSteps,
@@ -122,10 +121,6 @@ class VTraceLearner:
         """bfloat16 autocast for the encoders' passes where `spec.learner.bf16` asks for it (CUDA, or a CPU with
         bfloat16 instructions); the heads, V-trace and the losses run in float32."""
         return learner_autocast(self.device, self.bf16)
-
-    def anneal(self, remaining: float) -> None:
-        """The learning rate at `remaining` (1 to 0) of the run's env steps."""
-        anneal_lr(self.optimizer, self.params.lr, remaining)
 
     # -- the update, top to bottom -------------------------------------------------------------------
     def update(self, d: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -241,8 +241,7 @@ class MultiAgentPPO(MultiAgentAlgorithm):
             learner, policy_batches = self.learners[name], self.policy_batches(batches, name)
             if not policy_batches:
                 continue
-            if (remaining := self.lr_remaining(env_steps, learner.params)) is not None:
-                learner.anneal(remaining)
+            self.anneal(learner, env_steps)
             learning = time.perf_counter()
             stats[name] = learner.update(learner.learner_batch(policy_batches))
             stats[name]["updateSeconds"] = time.perf_counter() - learning
@@ -291,8 +290,7 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
         p = self.params
         assert isinstance(p, IMPALAParams)
         for name in self.trained:
-            if (remaining := self.lr_remaining(params=self.learners[name].params)) is not None:
-                self.learners[name].anneal(remaining)
+            self.anneal(self.learners[name])
         started = time.perf_counter()
         deadline = started + p.min_iteration_seconds
         learned = False
