@@ -187,8 +187,8 @@ class PPOLearner:
     def _next_values(self, values: np.ndarray, dones: np.ndarray, d: dict[str, np.ndarray]) -> np.ndarray:
         """V(next_obs_t) in the unnormalised scale: the next row's V(obs) inside an episode, a pass of its own
         for the last row and truncated steps, 0 where nothing is bootstrapped."""
-        reuse, compute = bootstrap_rows(torch.from_numpy(d["terminateds"]), torch.from_numpy(dones),
-                                        torch.from_numpy(d["valid"]))
+        # Copies, not views: flags from a rollout worker arrive read-only (Ray's object store), which torch warns of.
+        reuse, compute = bootstrap_rows(torch.tensor(d["terminateds"]), torch.tensor(dones), torch.tensor(d["valid"]))
         computed = None
         if compute.any():
             next_obs = to_device({"obs": d["next_obs"][compute.numpy()]}, self.device)["obs"]
