@@ -5,6 +5,7 @@ budget; the worst seed is what counts.
     .venv/bin/python -m bench.defaults                                  # every row, seeds 1 and 2
     .venv/bin/python -m bench.defaults --rows ppo-cartpole --seeds 1 --timesteps 50000   # a smoke row
     .venv/bin/python -m bench.defaults --list                           # the rows and their references
+    .venv/bin/python -m bench.defaults --reuse results.json --plot rows.png   # the curves of an earlier --json
 
 Each run is `kuberl train -f MANIFEST --storage file://... --quiet` in its own process (its own Ray), one
 after another. The return is the run's last 100-episode return mean (`episodeReturnMean` of the last results
@@ -151,6 +152,30 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def plot_rows(results: list[dict[str, Any]], path: Path) -> None:
+    """Each row's seeds' curves (the 100-episode return against env steps), its reference dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, result in zip(axes[0], results, strict=True):
+        for run in result["runs"]:
+            if run.get("curve"):
+                steps, returns = zip(*run["curve"], strict=True)
+                ax.plot([n / 1e6 for n in steps], returns, label=f"seed {run['seed']}")
+        if result["reference"] is not None:
+            ax.axhline(result["reference"], color="grey", linestyle="--", linewidth=1, label="reference")
+        ax.set_title(f"{result['name']}: defaults only")
+        ax.set_xlabel("env steps (millions)")
+        ax.set_ylabel("100-episode return mean")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="", help="comma-separated row names (default: all)")
@@ -158,7 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timesteps", type=int, default=None, help="override every row's budget (a smoke run)")
     parser.add_argument("--list", action="store_true", help="print the rows and their references")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--plot", type=Path, help="draw the rows' curves here (PNG)")
+    parser.add_argument("--reuse", type=Path, help="a --json file of earlier runs: plot and tabulate it, train nothing")
     args = parser.parse_args(argv)
+    if args.reuse:
+        results = json.loads(args.reuse.read_text())
+        print(table(results))
+        if args.plot:
+            plot_rows(results, args.plot)
+        return 0
     wanted = {n for n in args.rows.split(",") if n}
     unknown = wanted - {row.name for row in ROWS}
     if unknown:
@@ -181,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"benchmark": "defaults", "loadavg": os.getloadavg()[0], "rows": results}))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    if args.plot:
+        plot_rows(results, args.plot)
     return 0
 
 

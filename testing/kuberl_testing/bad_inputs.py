@@ -242,6 +242,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.nStep", 0, OUT_OF_RANGE, False),
     C("config.doubleQ", 1, WRONG_TYPE, False),
     C("config.dueling", [], WRONG_TYPE, False),
+    C("config.loss", "l1", UNKNOWN_ENUM, False),
     C("config.trainBatchSize", 0, OUT_OF_RANGE, False),
     C("config.learningStarts", -1, OUT_OF_RANGE, False),
     C("config.replayRatio", 0, OUT_OF_RANGE, False),

@@ -110,7 +110,7 @@ def test_worker_policies_pick_torch_for_images_and_numpy_for_vectors_and_match_t
 
 
 def test_dueling_conv_q_network_on_workers_and_learner():
-    params = DQNParams(model={"conv": [[8, 8, 4], [16, 4, 2]], "hidden": [64]})
+    params = DQNParams(model={"conv": [[8, 8, 4], [16, 4, 2]], "hidden": [64]}, dueling=True)
     network = build_q_network(FRAMES, ACTIONS, params)
     assert isinstance(network.body, ConvEncoder) and network.value is not None
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
@@ -122,7 +122,7 @@ def test_dueling_conv_q_network_on_workers_and_learner():
 
 
 def test_vector_q_network_keeps_its_checkpoint_layout():
-    network = build_q_network(VECTOR, gym.spaces.Discrete(2), DQNParams(hidden=[8]))
+    network = build_q_network(VECTOR, gym.spaces.Discrete(2), DQNParams(hidden=[8], dueling=True))
     assert {"body.0.weight", "advantage.weight", "value.weight"} <= set(network.state_dict())
 
 

@@ -43,6 +43,22 @@ def test_learner_fits_a_one_step_target_and_syncs_the_target_network() -> None:
     assert stats["updates"] == 200 and stats["loss"] is not None
 
 
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+def test_learner_reports_the_loss_the_params_name(loss: str) -> None:
+    """Targets 3 away from Q(s, a) = 0: Huber's loss is 3 - 0.5 = 2.5, the squared error's 9."""
+    params = DQNParams(lr=1e-9, hidden=[4], loss=loss, double_q=False)
+    network = QNetwork(2, 2, [4], "relu", dueling=False)
+    for p in network.parameters():
+        torch.nn.init.zeros_(p)  # Q = 0 everywhere, so every TD error is the reward
+    learner = QLearner(network, params, torch.device("cpu"))
+    batch = {
+        "obs": np.ones((8, 2), np.float32), "action": np.zeros(8, np.int64), "reward": np.full(8, 3.0, np.float32),
+        "next_obs": np.ones((8, 2), np.float32), "discount": np.zeros(8, np.float32),
+    }
+    assert learner.update(batch).tolist() == pytest.approx([3.0] * 8)
+    assert learner.take_stats()["loss"] == pytest.approx({"huber": 2.5, "mse": 9.0}[loss])
+
+
 def _config(**training) -> DQNConfig:
     return (
         DQNConfig().environment("CartPole-v1").rollouts(workers=0, envs_per_worker=8, fragment_length=32)
@@ -51,7 +67,7 @@ def _config(**training) -> DQNConfig:
 
 
 def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
-    algo = _config(learning_starts=256).build()
+    algo = _config(learning_starts=256, replay_ratio=1 / 3).build()  # a fraction of an update stays owed
     for _ in range(3):
         result = algo.train()
     assert result["learner"]["updates"] > 0
@@ -61,7 +77,7 @@ def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
     obs = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
     expected = [algo.compute_single_action(o) for o in obs]
     algo.stop()
-    fresh = _config(learning_starts=256).build()
+    fresh = _config(learning_starts=256, replay_ratio=1 / 3).build()
     fresh.restore(uri)
     assert [fresh.compute_single_action(o) for o in obs] == expected
     assert fresh.timesteps == result["timesteps"]
@@ -75,9 +91,9 @@ def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
 def test_dqn_learns_cartpole_within_a_fixed_env_step_budget() -> None:
     algo = _config().build()
     best = 0.0
-    while algo.timesteps < 15_000:
+    while algo.timesteps < 40_000:
         result = algo.train()
         best = max(best, result["episodeReturnMean"] or 0.0)
     algo.stop()
-    # random play averages about 22 (measured with the defaults: about 120 at 15,000 steps)
+    # random play averages about 22; the defaults (10k random steps first) reached 150-176 at 40k on seeds 1 and 2
     assert best >= 80, best

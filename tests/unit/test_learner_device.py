@@ -109,7 +109,7 @@ def test_bf16_q_learner_runs_its_body_under_autocast_and_its_dueling_heads_in_fl
 
     obs_space, n = spaces.Box(0, 255, (4, 42, 42), np.uint8), 3
     network = q_network(obs_space, spaces.Discrete(n), EncoderSpec(conv=((8, 8, 4),), conv_hidden=(16,)), True)
-    learner = QLearner(network, DQNParams(lr=0.01), torch.device("cpu"), bf16=True)
+    learner = QLearner(network, DQNParams(lr=0.01, double_q=True), torch.device("cpu"), bf16=True)
     dtypes: dict[str, list[torch.dtype]] = {"body": [], "heads": []}
     for net in (learner.online, learner.target):
         net.body.register_forward_hook(lambda _m, _i, out: dtypes["body"].append(out.dtype))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kuberl.trainer.algorithms.apex import apex_epsilons
-from kuberl.trainer.learners.q import q_targets, weighted_huber_loss
+from kuberl.trainer.learners.q import q_targets, weighted_td_loss
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.replay.nstep import nstep_transitions
 
@@ -87,16 +87,27 @@ def test_double_dqn_target_uses_the_online_argmax() -> None:
     assert q_targets(reward, discount, next_q_target).tolist() == pytest.approx([10.0, 0.5])
 
 
-def test_weighted_huber_loss() -> None:
+def test_weighted_td_loss() -> None:
     q = torch.tensor([0.0, 0.0, 0.0], requires_grad=True)
     targets = torch.tensor([0.5, 3.0, -2.0])
     weights = torch.tensor([1.0, 0.5, 0.25])
-    loss, td = weighted_huber_loss(q, targets, weights)
+    loss, td = weighted_td_loss(q, targets, weights)
     # huber: 0.5*0.5^2 = 0.125; |3|-0.5 = 2.5; |-2|-0.5 = 1.5
     assert loss.item() == pytest.approx((0.125 + 0.5 * 2.5 + 0.25 * 1.5) / 3)
     assert td.tolist() == pytest.approx([0.5, 3.0, -2.0])
     loss.backward()
     assert q.grad.tolist() == pytest.approx([-0.5 / 3, -0.5 / 3, 0.25 / 3])
+
+
+def test_weighted_squared_loss() -> None:
+    q = torch.tensor([0.0, 0.0, 0.0], requires_grad=True)
+    targets = torch.tensor([0.5, 3.0, -2.0])
+    weights = torch.tensor([1.0, 0.5, 0.25])
+    loss, td = weighted_td_loss(q, targets, weights, kind="mse")
+    assert loss.item() == pytest.approx((0.25 + 0.5 * 9.0 + 0.25 * 4.0) / 3)
+    assert td.tolist() == pytest.approx([0.5, 3.0, -2.0])
+    loss.backward()  # the gradient grows with the error: -2 * w * td / n
+    assert q.grad.tolist() == pytest.approx([-1.0 / 3, -3.0 / 3, 1.0 / 3])
 
 
 def test_schedules() -> None:

@@ -2,8 +2,8 @@
 
 For an n-step transition (obs, action, reward, next_obs, discount) from replay, the target is
 reward + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)) (double DQN; plain DQN takes the
-argmax with the target network), and the loss is the importance-weighted Huber loss between
-Q_online(obs, action) and that target. `QLearner.update` is one gradient step of it; DQN runs it in its
+argmax with the target network), and the loss is the importance-weighted Huber (or, with `loss: mse`,
+squared) error between Q_online(obs, action) and that target. `QLearner.update` is one gradient step of it; DQN runs it in its
 process, Ape-X in its learner actor.
 """
 
@@ -39,12 +39,15 @@ def q_targets(
     return reward + discount * next_q_target.gather(1, best).squeeze(1)
 
 
-def weighted_huber_loss(
-    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
+def weighted_td_loss(
+    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None, kind: str = "huber"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, td_errors): the importance-weighted mean Huber loss (delta 1) and the raw TD errors."""
+    """(loss, td_errors): the importance-weighted mean Huber (delta 1) or squared TD error, and the raw TD errors."""
     td_errors = targets - q_taken
-    per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
+    if kind == "huber":
+        per_sample = F.huber_loss(q_taken, targets, reduction="none", delta=1.0)
+    else:
+        per_sample = F.mse_loss(q_taken, targets, reduction="none")
     loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
     return loss, td_errors.detach()
 
@@ -80,7 +83,7 @@ class QLearner:
             next_q_target = self.target(t["next_obs"], self._autocast)
             next_q_online = self.online(t["next_obs"], self._autocast) if self.params.double_q else None
             targets = q_targets(t["reward"], t["discount"], next_q_target, next_q_online)
-        loss, td_errors = weighted_huber_loss(q_taken, targets, t.get("weights"))
+        loss, td_errors = weighted_td_loss(q_taken, targets, t.get("weights"), self.params.loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.params.grad_clip is not None:
@@ -133,4 +136,4 @@ class QLearner:
         self.target_syncs = int(state["targetSyncs"])
 
 
-__all__ = ["LEARNER_FILE", "QLearner", "q_targets", "weighted_huber_loss"]
+__all__ = ["LEARNER_FILE", "QLearner", "q_targets", "weighted_td_loss"]
