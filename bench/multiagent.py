@@ -7,7 +7,7 @@ heterogeneous simple_speaker_listener_v4 (two policies) and the pixel env piston
     .venv/bin/python -m bench.multiagent --seeds 1,2                  # spread: 333,334 env steps = 1M agent steps
     make bench-deps && .venv/bin/python -m bench.multiagent --rllib --seeds 1,2 --out ma.json   # the comparison
     .venv/bin/python -m bench.multiagent --task speaker-listener --env-steps 150000 --plot sl.png   # a policy each
-    .venv/bin/python -m bench.multiagent --task pistonball --env-steps 40000 --plot pb.png          # pixels
+    .venv/bin/python -m bench.multiagent --task pistonball --env-steps 80000 --random-episodes 400 --plot pb.png
 
 The goal of the spread comparison: kuberl's worst seed's final team return >= RLlib's best seed's, in at most
 0.5x RLlib's wall time. Both clocks start at the first train() call (Ray's start and the build are reported
@@ -81,12 +81,14 @@ def kuberl_run(task: str, seed: int, env_steps: int, workers: int = 0) -> dict[s
                 print(f"  {curve[-1][0]:.0f}s {curve[-1][1]:,} env steps: team return {curve[-1][2]}", flush=True)
         elapsed = time.perf_counter() - t0
         evaluation = algo.evaluate(20)
+        sampled = algo.evaluate(20, explore=True)  # the policy as it trains: actions drawn, not argmax
     finally:
         algo.stop()
     return {"side": "kuberl", "task": task, "seed": seed, "timeSeconds": elapsed, "startupSeconds": startup,
             "timesteps": result["timesteps"], "agentSteps": agent_steps, "episodeReturnMean": result["episodeReturnMean"],
             "firstReturnMean": next((r for _, _, r in curve if r is not None), None),
             "evaluationReturnMean": evaluation["episodeReturnMean"],
+            "sampledEvaluationReturnMean": sampled["episodeReturnMean"],
             "policies": {name: p["episodeReturnMean"] for name, p in result["policies"].items()}, "curve": curve}
 
 
@@ -249,6 +251,32 @@ def goal(kuberl: list[dict[str, Any]], rllib: list[dict[str, Any]]) -> dict[str,
             "met": min(ours) >= max(theirs) and time_ratio <= 0.5}
 
 
+def random_play(task: str, episodes: int, seed: int = 1000) -> dict[str, Any]:
+    """The team return of uniformly random actions in the task's env (its `env.config`; wrappers change only the
+    observations), over `episodes` episodes on seeds `seed`, `seed + 1`, ...: the level a learning curve must leave."""
+    import importlib
+
+    import numpy as np
+
+    env_spec = task_spec(task)["env"]
+    module, _, factory = env_spec["id"].partition(":")
+    env = importlib.import_module(f"{module}.{factory}").parallel_env(**env_spec.get("config", {}))
+    rng = np.random.default_rng(seed)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total = 0.0
+        while env.agents:
+            actions = {agent: int(rng.integers(env.action_space(agent).n)) for agent in env.agents}
+            total += sum(env.step(actions)[1].values())
+        returns.append(total)
+    env.close()
+    team = np.asarray(returns)
+    windows = [float(team[i:i + 100].mean()) for i in range(0, episodes - 99, 100)]
+    return {"episodes": episodes, "teamReturnMean": float(team.mean()),
+            "standardError": float(team.std() / np.sqrt(episodes)), "windows100": windows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASK_EXAMPLES), default="spread")
@@ -263,6 +291,8 @@ def main() -> None:
     parser.add_argument("--rllib-defaults", action="store_true", help="RLlib's PPO defaults, not kuberl's settings")
     parser.add_argument("--out", type=Path, help="write every run's figures here as JSON")
     parser.add_argument("--plot", type=Path, help="draw kuberl's curves (team return against time and env steps)")
+    parser.add_argument("--random-episodes", type=int, default=0,
+                        help="also play this many episodes with random actions: the baseline (discrete actions)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")][:1 if args.smoke else None]
     env_steps = args.env_steps or (2_000 if args.smoke else -(-1_000_000 // AGENTS))
@@ -272,7 +302,8 @@ def main() -> None:
         run = kuberl_run(args.task, seed, env_steps, args.workers)
         runs.append(run)
         print(f"kuberl {args.task} seed {seed}: team return {run['firstReturnMean']:.1f} -> "
-              f"{run['episodeReturnMean']:.1f} (greedy {run['evaluationReturnMean']:.1f}) after "
+              f"{run['episodeReturnMean']:.1f} (greedy {run['evaluationReturnMean']:.1f}, sampled "
+              f"{run['sampledEvaluationReturnMean']:.1f}) after "
               f"{run['timesteps']:,} env steps ({run['agentSteps']:,} agent steps) in {run['timeSeconds']:.0f}s; "
               f"policies {run['policies']}", flush=True)
     rllib_runs = []
@@ -293,13 +324,20 @@ def main() -> None:
                 print(f"seed {run['seed']}: time kuberl/rllib {ratio(run['timeSeconds'], other['timeSeconds'])}, "
                       f"return kuberl {run['episodeReturnMean']:.1f} vs rllib {other['episodeReturnMean']}")
         print("goal:", json.dumps(goal(runs, [r for r in rllib_runs if "error" not in r])))
+    baseline = random_play(args.task, args.random_episodes) if args.random_episodes else None
+    if baseline:
+        print(f"random play, {baseline['episodes']} episodes: team return {baseline['teamReturnMean']:.1f} "
+              f"+- {baseline['standardError']:.1f} (100-episode windows {[round(w, 1) for w in baseline['windows100']]})",
+              flush=True)
     if args.out:
-        args.out.write_text(json.dumps({"kuberl": runs, "rllib": rllib_runs}, indent=1))
+        args.out.write_text(json.dumps({"kuberl": runs, "rllib": rllib_runs, "randomPlay": baseline}, indent=1))
     if args.plot:
         from score_curve import plot_score
 
-        plot_score({f"kuberl seed {r['seed']}": [p for p in r["curve"] if p[2] is not None] for r in runs}, None,
-                   f"{task_spec(args.task)['env']['id']}: kuberl PPO", args.plot,
+        plot_score({f"kuberl seed {r['seed']}": [p for p in r["curve"] if p[2] is not None] for r in runs},
+                   baseline["teamReturnMean"] if baseline else None,
+                   f"{task_spec(args.task)['env']['id']}: kuberl PPO" + (" (dashed: random play)" if baseline else ""),
+                   args.plot,
                    score_label="100-episode mean team return", steps_label="env steps (millions; every agent acts)")
 
 
