@@ -2,9 +2,9 @@
 
 For an n-step transition (obs, action, reward, next_obs, discount) from replay, the target is
 reward + discount * Q_target(next_obs, argmax_a Q_online(next_obs, a)) (double DQN; plain DQN takes the
-argmax with the target network), and the loss is the importance-weighted Huber (or, with `loss: mse`,
-squared) error between Q_online(obs, action) and that target. `QLearner.update` is one gradient step of it; DQN runs it in its
-process, Ape-X in its learner actor.
+argmax with the target network), and the loss is the importance-weighted squared error (`loss: mse`, DQN's
+default) or Huber loss (`loss: huber`, Ape-X's) between Q_online(obs, action) and that target.
+`QLearner.update` is one gradient step of it; DQN runs it in its process, Ape-X in its learner actor.
 """
 
 from __future__ import annotations
