@@ -254,13 +254,12 @@ def goal(kuberl: list[dict[str, Any]], rllib: list[dict[str, Any]]) -> dict[str,
 def random_play(task: str, episodes: int, seed: int = 1000) -> dict[str, Any]:
     """The team return of uniformly random actions in the task's env (its `env.config`; wrappers change only the
     observations), over `episodes` episodes on seeds `seed`, `seed + 1`, ...: the level a learning curve must leave."""
-    import importlib
-
     import numpy as np
 
+    from kuberl.trainer.multiagent.envs import make_parallel_env
+
     env_spec = task_spec(task)["env"]
-    module, _, factory = env_spec["id"].partition(":")
-    env = importlib.import_module(f"{module}.{factory}").parallel_env(**env_spec.get("config", {}))
+    env = make_parallel_env(env_spec["id"], env_spec.get("config"))
     rng = np.random.default_rng(seed)
     returns = []
     for episode in range(episodes):

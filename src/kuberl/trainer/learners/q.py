@@ -10,7 +10,7 @@ default) or Huber loss (`loss: huber`, Ape-X's) between Q_online(obs, action) an
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -40,7 +40,8 @@ def q_targets(
 
 
 def weighted_td_loss(
-    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None, kind: str = "huber"
+    q_taken: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None,
+    kind: Literal["huber", "mse"] = "huber",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, td_errors): the importance-weighted mean Huber (delta 1) or squared TD error, and the raw TD errors."""
     td_errors = targets - q_taken
