@@ -43,10 +43,10 @@ def _measured_ratio(config: ApexDQNConfig, warmup_iterations: int, iterations: i
 
 
 def _slow_workers(max_replay_ratio: float | None) -> ApexDQNConfig:
-    # 2 workers x 4 envs x 2 ms a step: about 1,000 env steps/s in all; the learner (batch 32,
-    # one small layer) could sample tens of thousands of transitions a second.
+    # 2 workers x 4 envs x 4 ms a step: about 500 env steps/s in all, however loaded the machine; the learner
+    # (batch 32, one small layer) could sample tens of thousands of transitions a second on an idle one.
     return (
-        ApexDQNConfig().environment("kuberl_testing.slow_envs:SlowCartPole", env_config={"step_seconds": 0.002})
+        ApexDQNConfig().environment("kuberl_testing.slow_envs:SlowCartPole", env_config={"step_seconds": 0.004})
         .rollouts(workers=2, envs_per_worker=4, fragment_length=16).replay(shards=2, capacity=20_000)
         .training(hidden=[32], train_batch_size=32, learning_starts=300, replay_ratio=1 / 64,
                   max_replay_ratio=max_replay_ratio, min_iteration_seconds=1.0)
@@ -65,7 +65,9 @@ def test_a_learner_faster_than_the_workers_samples_at_most_max_replay_ratio() ->
     assert 1.0 < bounded <= 2.0 * 1.1, bounded
     assert all(r is not None for r in reported) and max(reported) <= 4.0, reported  # per results line
     unbounded, _, _ = _measured_ratio(_slow_workers(None), warmup_iterations=1, iterations=3)
-    assert unbounded > 4.0, unbounded  # without it this setting is far above the bound
+    # Without it this setting is well above the bound: 7.5 on an idle machine. A loaded one takes the learner's
+    # speed away (with 2 ms steps it measured 3.6 beside another test), not the workers' sleeps.
+    assert unbounded > 1.5 * 2.0, unbounded
 
 
 def test_workers_faster_than_the_learner_wait_for_replay_ratio() -> None:

@@ -139,6 +139,24 @@ def test_a_failing_store_is_retried_and_writing_never_waits(tmp_path: Path) -> N
     assert read_log(store).text == "".join(f"line {i}\n" for i in range(10))
 
 
+def test_whole_lines_hold_a_partial_line_until_its_newline() -> None:
+    """print() writes a line's text and its newline apart; the other stream's line must not land between."""
+    from kuberl.trainer.run.log_capture import WholeLines
+
+    written: list[bytes] = []
+    stderr, stdout = WholeLines(written.append), WholeLines(written.append)
+    stderr.write(b"to stderr")
+    stdout.write(b"from python\n")
+    stderr.write(b"\n")
+    stdout.write(b"two\nlines and a part")
+    assert written == [b"from python\n", b"to stderr\n", b"two\n"]
+    stdout.flush()  # the pipe's end
+    assert written[-1] == b"lines and a part"
+    long = WholeLines(written.append, max_pending=8)
+    long.write(b"0123456789")  # no newline in sight: passed on rather than held without bound
+    assert written[-1] == b"0123456789" and long.pending == b""
+
+
 def test_the_tee_keeps_the_console_and_stores_stdout_and_stderr(tmp_path: Path) -> None:
     """In a process of its own (the tee swaps file descriptors 1 and 2): prints from Python, from a
     child process sharing the descriptors, and to stderr all reach both the console and the chunks."""

@@ -22,9 +22,35 @@ if TYPE_CHECKING:
     from kuberl.trainer.run.settings import TrainerSettings
 
 DRAIN_SECONDS = 2.0  # after the descriptors are restored: how long the threads may read what is left
+MAX_PENDING_BYTES = 65536  # a line longer than this (a progress bar redrawn with \r) goes on in pieces
+
+
+class WholeLines:
+    """Passes on whole lines only, keeping a partial one until its newline (or `flush`): stdout and stderr
+    share the chunks, and `print` writes a line's text and its newline apart, so without this a line of one
+    stream could be cut in two by a line of the other."""
+
+    def __init__(self, sink: Callable[[bytes], None], max_pending: int = MAX_PENDING_BYTES) -> None:
+        self.sink = sink
+        self.max_pending = max_pending
+        self.pending = b""
+
+    def write(self, data: bytes) -> None:
+        self.pending += data
+        cut = self.pending.rfind(b"\n") + 1
+        if not cut and len(self.pending) < self.max_pending:
+            return
+        whole, self.pending = (self.pending[:cut], self.pending[cut:]) if cut else (self.pending, b"")
+        self.sink(whole)
+
+    def flush(self) -> None:
+        if self.pending:
+            pending, self.pending = self.pending, b""
+            self.sink(pending)
 
 
 def _pump(read_fd: int, console_fd: int, sink: Callable[[bytes], None]) -> None:
+    lines = WholeLines(sink)
     try:
         while data := os.read(read_fd, 65536):
             view = memoryview(data)
@@ -34,10 +60,12 @@ def _pump(read_fd: int, console_fd: int, sink: Callable[[bytes], None]) -> None:
                 except OSError:  # the console is gone: the chunks still get the output
                     break
             with contextlib.suppress(Exception):
-                sink(data)
+                lines.write(data)
     except OSError:
         pass
     finally:
+        with contextlib.suppress(Exception):
+            lines.flush()  # the pipe's end: a last line without its newline
         with contextlib.suppress(OSError):
             os.close(read_fd)
 
