@@ -8,6 +8,7 @@ heterogeneous simple_speaker_listener_v4 (two policies) and the pixel env piston
     make bench-deps && .venv/bin/python -m bench.multiagent --rllib --seeds 1,2 --out ma.json   # the comparison
     .venv/bin/python -m bench.multiagent --task speaker-listener --env-steps 150000 --plot sl.png   # a policy each
     .venv/bin/python -m bench.multiagent --task pistonball --env-steps 80000 --random-episodes 400 --plot pb.png
+    .venv/bin/python -m bench.multiagent --task pistonball --merge s1.json s2.json --out pb.json --plot pb.png
 
 The goal of the spread comparison: kuberl's worst seed's final team return >= RLlib's best seed's, in at most
 0.5x RLlib's wall time. Both clocks start at the first train() call (Ray's start and the build are reported
@@ -61,11 +62,16 @@ def task_spec(task: str, workers: int = 0) -> dict[str, Any]:
 def kuberl_run(task: str, seed: int, env_steps: int, workers: int = 0) -> dict[str, Any]:
     from kuberl.api.validation import validate_document
     from kuberl.trainer.algorithms.config import AlgorithmConfig
+    from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
     spec = {**task_spec(task, workers), "stop": {"timesteps": env_steps}}
     spec["config"]["seed"] = seed
     experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
                                     "metadata": {"name": f"bench-{task}"}, "spec": spec})
+    # The task kind's defaults where the example leaves values unset, as `kuberl train` trains it.
+    experiment, defaults = resolve_task_defaults(experiment)
+    if defaults is not None:
+        print(f"  {defaults.line()}", flush=True)
     started = time.perf_counter()
     algo = AlgorithmConfig.from_experiment(experiment).build()
     startup = time.perf_counter() - started
@@ -292,7 +298,16 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="draw kuberl's curves (team return against time and env steps)")
     parser.add_argument("--random-episodes", type=int, default=0,
                         help="also play this many episodes with random actions: the baseline (discrete actions)")
+    parser.add_argument("--merge", type=Path, nargs="+",
+                        help="train nothing: gather the runs (and random play) of these --out files, seeds run side by "
+                             "side as processes of their own, into --out and --plot")
     args = parser.parse_args()
+    if args.merge:
+        saved = [json.loads(path.read_text()) for path in args.merge]
+        baseline = next((part["randomPlay"] for part in saved if part.get("randomPlay")), None)
+        write_figures(args, [run for part in saved for run in part["kuberl"]],
+                      [run for part in saved for run in part.get("rllib", [])], baseline)
+        return
     seeds = [int(s) for s in args.seeds.split(",")][:1 if args.smoke else None]
     env_steps = args.env_steps or (2_000 if args.smoke else -(-1_000_000 // AGENTS))
 
@@ -328,6 +343,11 @@ def main() -> None:
         print(f"random play, {baseline['episodes']} episodes: team return {baseline['teamReturnMean']:.1f} "
               f"+- {baseline['standardError']:.1f} (100-episode windows {[round(w, 1) for w in baseline['windows100']]})",
               flush=True)
+    write_figures(args, runs, rllib_runs, baseline)
+
+
+def write_figures(args: argparse.Namespace, runs: list[dict[str, Any]], rllib_runs: list[dict[str, Any]],
+                  baseline: dict[str, Any] | None) -> None:
     if args.out:
         args.out.write_text(json.dumps({"kuberl": runs, "rllib": rllib_runs, "randomPlay": baseline}, indent=1))
     if args.plot:
