@@ -76,7 +76,11 @@ def test_a_killed_rollout_worker_is_replaced_and_training_goes_on() -> None:
                 replaced_after = time.monotonic() - killed
         assert results[-1]["sampler"]["workerRestarts"] == 1
         assert algo.sampler.actors[0] is not victim
-        assert all(r["learner"]["updates"] > 0 and r["timesteps"] > before["timesteps"] for r in results)
+        assert all(r["learner"]["updates"] > 0 for r in results)
+        # Sampling goes on too, over the iterations: one of them may learn from its buffer alone while no fragment
+        # arrives (the survivor slowed by a loaded machine, the replacement still starting), as it did under
+        # two pytest workers.
+        assert results[-1]["timesteps"] > before["timesteps"]
         # The replacement samples again: both workers' episodes arrive after the kill (a new actor
         # takes a while to start on a busy machine).
         seen: set[int] = set()
