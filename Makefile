@@ -30,11 +30,11 @@ demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally, then plot its learni
 	@echo "watch it in TensorBoard: $(BIN)/kuberl tensorboard $(DEMO_RUN)"
 	@echo "learning curve:          $(DEMO_RUN)/learning-curve.png"
 
-# TEST_WORKERS=2: two pytest workers, a test file each at a time (most integration tests wait on servers, Ray's
-# start-up and timeouts: 24.7 min against 38.5 one at a time here). 0, one at a time in pytest's own process, by
-# default until the operator and pod-runner tests that failed under two workers hold there too (docs/testing.md).
-TEST_WORKERS ?= 0
-test: $(STAMP) tools ## run the unit and integration tests (TEST_WORKERS pytest workers; 0, the default: one at a time)
+# Two pytest workers, a test file each at a time: most integration tests wait on servers, Ray's start-up and
+# timeouts (24.7 min against 38.5 one at a time here). TEST_WORKERS=0 runs them one at a time in pytest's own
+# process, as when a test must be debugged with its output in order (docs/testing.md).
+TEST_WORKERS ?= 2
+test: $(STAMP) tools ## run the unit and integration tests (TEST_WORKERS pytest workers, 2 by default; 0: one at a time)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 e2e: $(STAMP) ## the e2e scenarios on the local stand-in cluster (E2E_CLUSTER=kind: on kind, see e2e/kind/run.sh)

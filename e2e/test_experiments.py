@@ -137,8 +137,8 @@ def test_an_invalid_spec_fails_at_once_with_no_pods(cluster, experiments):
     assert experiments.condition(name, "Succeeded").get("status") == "False"
     assert "replay.shards" in stalled.get("message", "")
     assert experiments.pods(name) == []
-    assert any(e.type == "Warning" and e.reason == "InvalidSpec" for e in experiments.events(name)), \
-        [(e.type, e.reason) for e in experiments.events(name)]
+    experiments.wait(name, lambda: any(e.type == "Warning" and e.reason == "InvalidSpec"
+                                       for e in experiments.events(name)), what="an InvalidSpec warning", timeout=30)
 
 
 def test_an_image_that_cannot_be_pulled_fails_the_experiment_without_retrying(cluster, experiments):

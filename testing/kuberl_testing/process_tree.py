@@ -64,13 +64,29 @@ def stop_process_tree(process: subprocess.Popen, marker: str, *, grace_seconds: 
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace_seconds)
     deadline = time.monotonic() + 10.0
+    signalled: set[int] = set()
     while True:
-        _signal_all(pgid, processes_with_marker(marker), signal.SIGKILL)
+        marked = processes_with_marker(marker)
+        signalled.update(marked)
+        _signal_all(pgid, marked, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=0.2)
         # zombies have an empty environ, so they do not count as alive
         if not processes_with_marker(marker) or time.monotonic() > deadline:
-            return
+            break
+    # A killed process drops its memory, environ included, before it becomes a zombie: wait for
+    # that last step too, so that whoever called this finds nothing of the pod still running.
+    while any(_still_running(pid) for pid in signalled) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _still_running(pid: int, proc_root: str = "/proc") -> bool:
+    try:
+        with open(os.path.join(proc_root, str(pid), "status")) as f:
+            states = [line for line in f if line.startswith("State:")]
+    except OSError:
+        return False
+    return bool(states) and states[0].split()[1] not in ("Z", "X")
 
 
 def stop_gracefully(process: subprocess.Popen, timeout: float = 30.0) -> int:

@@ -120,8 +120,9 @@ def test_failed_head_is_recreated_with_the_next_attempt_until_backoff_limit(harn
     wait_for(lambda: "hd-worker-0" not in harness.pods(ns), what="workers deleted")
     assert "hd-head" in harness.pods(ns)  # kept for its logs
     assert harness.created_count(ns, "pods", "hd-head") == 2
-    warnings = [e for e in harness.events(ns) if e["type"] == "Warning"]
-    assert {"HeadFailed", "BackoffLimitExceeded"} <= {e["reason"] for e in warnings}
+    # the event follows the status patch: wait for it rather than read once
+    wait_for(lambda: {"HeadFailed", "BackoffLimitExceeded"} <= {e["reason"] for e in harness.events(ns)
+                                                                 if e["type"] == "Warning"}, what="warnings")
 
 
 def test_head_succeeded_records_the_summary_and_deletes_workers(harness, ns):
@@ -270,12 +271,15 @@ def test_a_pod_the_api_server_refuses_fails_the_experiment_once(harness, ns):
         wait_for(phase_is(harness, ns, "refused", "Failed"), what="Failed")
         stalled = harness.condition(ns, "refused", "Stalled")
         assert stalled["reason"] == "CreateRejected" and "(422)" in stalled["message"]
-        warnings = [e for e in harness.events(ns) if e["type"] == "Warning" and e["reason"] == "CreateRejected"]
-        assert len(warnings) == 1
+        def rejections() -> list[dict]:
+            return [e for e in harness.events(ns) if e["type"] == "Warning" and e["reason"] == "CreateRejected"]
+
+        wait_for(rejections, what="the CreateRejected event")  # written just after the status
         version = harness.get(ns, "refused")["metadata"]["resourceVersion"]
         hits = harness.emulator_thread.call(harness.emulator.fault_hits)
         time.sleep(3)  # no retry loop: nothing more is tried or written
         assert harness.emulator_thread.call(harness.emulator.fault_hits) == hits
         assert harness.get(ns, "refused")["metadata"]["resourceVersion"] == version
+        assert len(rejections()) == 1
     finally:
         harness.emulator_thread.call(harness.emulator.clear_faults)

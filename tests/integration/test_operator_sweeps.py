@@ -110,7 +110,7 @@ def test_a_lagging_trial_is_pruned_by_suspending_it(harness, ns):
         status = wait_for(lambda: sweep_status(harness, ns, "pr").get("phase") == "Succeeded" and
                           sweep_status(harness, ns, "pr"))
         assert status["best"]["name"] == "pr-t000"
-        assert "TrialPruned" in {e["reason"] for e in harness.events(ns)}
+        wait_for(lambda: "TrialPruned" in {e["reason"] for e in harness.events(ns)}, what="a TrialPruned event")
     finally:
         leader.close()
         lagger.close()
@@ -235,7 +235,7 @@ def test_pbt_rounds_a_laggard_takes_the_leaders_checkpoint_and_a_restart_creates
     status = sweep_status(harness, ns, "pbt")
     assert status["pbtRound"] == 1 and status["trials"][0]["params"]["config.lr"] == laggard["config"]["lr"]
     assert status["trials"][0]["intermediate"] == [[500.0, 10.0]]
-    assert "PBTRound" in {e["reason"] for e in harness.events(ns)}
+    wait_for(lambda: "PBTRound" in {e["reason"] for e in harness.events(ns)}, what="a PBTRound event")
 
     finish(harness, ns, "pbt-t001-r01", 70.0)
     harness.restart_operator()
