@@ -77,8 +77,10 @@ def test_rollout_workers_on_ray_actors_sample_every_policy(algorithm: str) -> No
             # APPO's workers never wait for the learner: bounded by the learner's updates, not env steps.
             results = train_until(algo, 6_000) if algorithm == "ppo" else train_until_updates(algo, "runners", 150)
             last = results[-1]
-            assert last["sampler"]["batches"] >= 2  # PPO: one per worker; APPO: whatever arrived
-            if algorithm == "appo":
+            if algorithm == "ppo":
+                assert last["sampler"]["batches"] >= 2  # one per worker
+            else:  # whatever arrived: on a loaded machine an iteration may take one fragment, or none
+                assert sum(r["sampler"]["batches"] for r in results) >= 2
                 assert last["learner"]["policyLagMax"] >= 0
             assert last["policies"]["late"]["agentSteps"] > 0 and last["policies"]["runners"]["learner"]["updates"] > 0
             assert last["episodeReturnMean"] >= RELAY_BEST - 2, [r["episodeReturnMean"] for r in results]

@@ -61,8 +61,9 @@ def test_without_it_or_without_a_step_budget_the_rate_stays():
         algo.stop()
 
 
-def test_appo_anneals_by_default_and_says_nothing_where_there_is_no_step_budget(recwarn):
-    algo = _build("appo", {}, {"timesteps": BUDGET})
+@pytest.mark.parametrize("algorithm", ["ppo", "appo"])
+def test_ppo_and_appo_anneal_by_default_and_say_nothing_where_there_is_no_step_budget(algorithm, recwarn):
+    algo = _build(algorithm, {}, {"timesteps": BUDGET})
     try:
         while algo.timesteps < BUDGET // 2:
             algo.train()
@@ -70,7 +71,7 @@ def test_appo_anneals_by_default_and_says_nothing_where_there_is_no_step_budget(
         assert _lr(algo) <= BASE_LR * 0.5 + 1e-12
     finally:
         algo.stop()
-    algo = _build("appo", {}, {"iterations": 2})
+    algo = _build(algorithm, {}, {"iterations": 2})
     try:
         algo.train()
         assert _lr(algo) == BASE_LR

