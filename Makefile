@@ -31,7 +31,7 @@ demo: $(STAMP) ## train examples/cartpole-ppo.yaml locally, then plot its learni
 	@echo "learning curve:          $(DEMO_RUN)/learning-curve.png"
 
 # Two pytest workers, a test file each at a time: most integration tests wait on servers, Ray's start-up and
-# timeouts (24.7 min against 38.5 one at a time here). TEST_WORKERS=0 runs them one at a time in pytest's own
+# timeouts (17.9 min against 38.5 one at a time here). TEST_WORKERS=0 runs them one at a time in pytest's own
 # process, as when a test must be debugged with its output in order (docs/testing.md).
 TEST_WORKERS ?= 2
 test: $(STAMP) tools ## run the unit and integration tests (TEST_WORKERS pytest workers, 2 by default; 0: one at a time)

@@ -76,11 +76,12 @@ def stop_process_tree(process: subprocess.Popen, marker: str, *, grace_seconds: 
             break
     # A killed process drops its memory, environ included, before it becomes a zombie: wait for
     # that last step too, so that whoever called this finds nothing of the pod still running.
-    while any(_still_running(pid) for pid in signalled) and time.monotonic() < deadline:
+    while any(still_running(pid) for pid in signalled) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
-def _still_running(pid: int, proc_root: str = "/proc") -> bool:
+def still_running(pid: int, proc_root: str = "/proc") -> bool:
+    """Whether `pid` exists and has not yet exited (a zombie, or one being reaped, has)."""
     try:
         with open(os.path.join(proc_root, str(pid), "status")) as f:
             states = [line for line in f if line.startswith("State:")]
