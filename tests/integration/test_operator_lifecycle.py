@@ -271,6 +271,7 @@ def test_a_pod_the_api_server_refuses_fails_the_experiment_once(harness, ns):
         wait_for(phase_is(harness, ns, "refused", "Failed"), what="Failed")
         stalled = harness.condition(ns, "refused", "Stalled")
         assert stalled["reason"] == "CreateRejected" and "(422)" in stalled["message"]
+
         def rejections() -> list[dict]:
             return [e for e in harness.events(ns) if e["type"] == "Warning" and e["reason"] == "CreateRejected"]
 
