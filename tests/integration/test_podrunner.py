@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from kuberl_testing.apiserver import EmulatorThread
 from kuberl_testing.podrunner import PodRunner, RunnerOptions
 from kuberl_testing.ports import free_port
+from kuberl_testing.process_tree import still_running
 
 NS = "default"
 PY = sys.executable
@@ -147,14 +148,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
-
-
 def _pids(runner: PodRunner, name: str) -> list[int]:
     for key, log in runner.log_paths(NS).items():
         pids = log.parent / "home" / "pids"
@@ -167,10 +160,10 @@ def test_deleting_a_pod_stops_its_processes_even_those_that_left_its_session(clu
     api, runner = cluster
     api.create_namespaced_pod(NS, _pod("lingerer", LINGER, terminationGracePeriodSeconds=1))
     pids = _wait(lambda: _pids(runner, "lingerer"), what="the pod's pids")
-    assert all(_alive(pid) for pid in pids)
+    assert all(still_running(pid) for pid in pids)
     assert runner.has_processes(NS, "lingerer")
     api.delete_namespaced_pod("lingerer", NS)
-    _wait(lambda: not any(_alive(pid) for pid in pids), timeout=20, what="the pod's processes to end")
+    _wait(lambda: not any(still_running(pid) for pid in pids), timeout=20, what="the pod's processes to end")
     _wait(lambda: not runner.has_processes(NS, "lingerer"), what="the runner to see them gone")
 
 
@@ -202,7 +195,7 @@ def test_stopping_the_runner_stops_every_pod(tmp_path):
             pids = _wait(lambda: _pids(runner, "a"), what="the pod to start")
         finally:
             runner.stop()
-        assert not any(_alive(pid) for pid in pids)
+        assert not any(still_running(pid) for pid in pids)
         assert os.path.isdir(tmp_path)
         assert free_port() > 0
 
