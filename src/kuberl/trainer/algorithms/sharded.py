@@ -115,6 +115,7 @@ class ShardedReplay(Algorithm):
         self.cpus_per_worker = min(1.0, total_cpus / self.num_workers)
         self.sampler = ShardWorkerPool(self._start_worker, self.num_workers, self.make_policy_factory(),
                                        slots=cluster_rollout_slots(self.cpus_per_worker))
+        self.sampler.wait_until_up()
         self.sampler.sync_filter(self.obs_filter.get_state())
         self.shard_restarts = 0
         self.last_shard_stats: dict[int, dict[str, Any]] = {}

@@ -66,6 +66,10 @@ class ShardRolloutWorker:
         self.shard_errors = 0
         self.placement: dict[str, str] = dict(current_placement() or {})  # its Ray node, for its whole life
 
+    def ready(self) -> bool:
+        """Answered once the actor is built: what `ShardWorkerPool.wait_until_up` waits for."""
+        return True
+
     def _poll_weights(self) -> None:
         """Start a request for newer weights, or take the answer of the last one if it is in."""
         import ray

@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 RunArguments = Callable[[int, RunningStats | None], tuple[Any, ...]]  # (position, filter) -> run()'s arguments
 
+# How long the first workers may take to start: a new process on its node that imports torch and makes its
+# envs, on a worker pod whose Ray node may have just joined. Past it the run goes on with those that are up.
+WORKER_START_TIMEOUT_S = 300.0
+
 
 class ShardWorkerPool:
     def __init__(self, start_actor: Callable[[int, list[str] | None], Any], count: int,
@@ -41,6 +45,24 @@ class ShardWorkerPool:
     @property
     def restarts(self) -> int:
         return self._restarts
+
+    def wait_until_up(self, timeout: float = WORKER_START_TIMEOUT_S) -> list[int]:
+        """Wait until every worker has started (its actor built, envs made), within `timeout`; the positions of
+        those that have not, named in a warning.
+
+        As RLlib's env-runner group does before its first iteration: sampling is asynchronous, so without this
+        a worker that starts slowly (a cold process on a busy worker pod) can miss a short run altogether while
+        the others do its share. A worker whose start failed counts as up: the first `reports` replaces it.
+        """
+        import ray
+
+        pending = {actor.ready.remote(): position for position, actor in enumerate(self.actors)}
+        _, late = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
+        late_positions = sorted(pending[ref] for ref in late)
+        if late_positions:
+            log.warning("rollout workers %s had not started after %.0f s; sampling goes on with the others",
+                        ", ".join(str(position + 1) for position in late_positions), timeout)
+        return late_positions
 
     def publish_weights(self, weights: Any, version: int) -> None:
         """Nothing to send: the workers fetch the learner actor's newest weights themselves."""

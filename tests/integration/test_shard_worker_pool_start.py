@@ -1,0 +1,54 @@
+"""The replay-shard topology's workers start before the first iteration (`ShardWorkerPool.wait_until_up`), on a
+real local Ray: a slow start is waited for, one past the bound is named and left, a failed start counts as up."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
+
+pytestmark = pytest.mark.slow
+
+
+def _pool(ray, starts: list[tuple[float, bool]]) -> ShardWorkerPool:
+    class SlowToStart:  # defined here, so Ray ships it by value (its workers cannot import a test module)
+        """A stand-in for a rollout worker actor whose construction (torch's import, the envs) takes `seconds`."""
+
+        def __init__(self, seconds: float, fail: bool = False):
+            time.sleep(seconds)
+            if fail:
+                raise RuntimeError("the env could not be made")
+
+        def ready(self) -> bool:
+            return True
+
+    actor = ray.remote(SlowToStart).options(num_cpus=0, max_restarts=0)
+    return ShardWorkerPool(lambda position, slots: actor.remote(*starts[position]), len(starts), policy_factory=None)
+
+
+def test_the_pool_waits_for_its_slowest_worker_and_counts_a_failed_start_as_up(ray_session) -> None:
+    pool = _pool(ray_session, [(0.0, False), (3.0, False), (0.0, True)])
+    try:
+        began = time.monotonic()
+        assert pool.wait_until_up(timeout=120) == []
+        assert time.monotonic() - began >= 3.0  # the second worker's start, waited for
+        assert ray_session.get(pool.actors[1].ready.remote(), timeout=5)
+        with pytest.raises(ray_session.exceptions.RayActorError):
+            ray_session.get(pool.actors[2].ready.remote(), timeout=5)  # up, dead: the first report replaces it
+    finally:
+        pool.stop()
+
+
+def test_a_worker_not_up_within_the_bound_is_named_and_the_others_go_on(ray_session, caplog) -> None:
+    pool = _pool(ray_session, [(0.0, False), (600.0, False)])
+    try:
+        began = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="kuberl.trainer.distributed.shard_worker_pool"):
+            assert pool.wait_until_up(timeout=2) == [1]
+        assert time.monotonic() - began < 60  # the bound, not the start
+        assert "rollout workers 2 had not started after 2 s" in caplog.text
+    finally:
+        pool.stop()
