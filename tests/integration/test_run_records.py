@@ -51,6 +51,7 @@ def test_info_and_checkpoints_of_a_resumed_local_run_and_an_incompatible_checkpo
     assert record["attempt"] == 0 and record["manifest"]["spec"]["stop"] == {"iterations": 4}
     assert record["manifest"]["spec"]["config"]["lr"] == 0.002  # a default the manifest never set
     assert record["machine"]["cpuCount"] == os.cpu_count() and record["versions"]["torch"]
+    assert 1 <= record["machine"]["usableCores"] <= len(os.sched_getaffinity(0))
     missing = kuberl(tmp_path, "info", str(run), "--attempt", "7")
     assert missing.returncode == 2 and "--attempt" in missing.stderr and "Traceback" not in missing.stderr
 

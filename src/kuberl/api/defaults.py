@@ -344,7 +344,9 @@ def reference_sections() -> list[str]:
         "listed are the hyperparameter tables' defaults above, which are also what the Python builder "
         "(`PPOConfig()...`) uses: it applies no task-kind set.",
         "",
-        "Chosen for the machine when training starts (recorded under `defaults.machine` in the first results line):",
+        "Chosen for the machine when training starts (recorded under `defaults.machine` in the first results line; "
+        "`cores` there is what the trainer may use: its CPU affinity within the container's CPU limit, so a pod "
+        "counts its `resources.limits.cpu`, not the node's CPUs):",
         "",
         "- `rollouts.envsPerWorker` for images sampled in the learner's process (`rollouts.workers: 0`): at least "
         "one env a core (ALE's vector env steps them on a thread a core), at most 64; PPO shortens "

@@ -131,7 +131,8 @@ class RolloutsSpec(StrictModel):
         None, ge=1, le=256,
         description="Threads that step each worker's envs (ALE's vector env under env.preprocessing: atari; other "
         "envs step on one). Unset: 1 in each rollout worker actor (the workers are the parallelism), and the "
-        "machine's cores (at most envsPerWorker) when workers is 0.",
+        "cores the trainer may use (its CPU affinity within the container's CPU limit; at most envsPerWorker) "
+        "when workers is 0.",
     )
     env_groups: int = Field(
         1, ge=1, le=16,

@@ -9,7 +9,6 @@ callbacks, the master observation filter, seeds, checkpoints and evaluation.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 import warnings
@@ -24,6 +23,7 @@ import torch
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import anneal_lr, remaining_fraction
+from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
@@ -46,7 +46,7 @@ def env_threads(configured: int | None, workers: int, envs_per_worker: int) -> i
     """`rollouts.envThreads`, or its default: one per rollout worker actor, the machine's cores in-process."""
     if configured is not None:
         return configured
-    return 1 if workers > 0 else max(1, min(envs_per_worker, os.cpu_count() or 1))
+    return 1 if workers > 0 else max(1, min(envs_per_worker, usable_cores()))
 
 
 def seed_everything(seed: int | None) -> np.random.Generator:

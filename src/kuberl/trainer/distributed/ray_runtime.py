@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from kuberl.api.contract import MALLOC_ENV, ROLE_LABEL, WORKER_ROLE
+from kuberl.trainer.machine import usable_cores
 
 # Ray rewrites a node address of plain 127.0.0.1 to the machine's external address;
 # any other loopback address is kept, so a local run binds to loopback only.
@@ -79,7 +80,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         # "local" always starts a private instance: with no address Ray would join any cluster that a
         # `ray start` on this machine (another user's, a test's stand-in pod) has recorded in /tmp/ray.
         kwargs["address"] = "local"
-        kwargs["num_cpus"] = num_cpus if num_cpus is not None else max(2, os.cpu_count() or 2)
+        kwargs["num_cpus"] = num_cpus if num_cpus is not None else max(2, usable_cores())
         if num_gpus is not None:
             kwargs["num_gpus"] = num_gpus
         node_ip = local_node_ip()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.contract import ENV_IMAGE
+from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.storage.errors import NotFound
 
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def probe_environment(env_id: str) -> dict[str, Any]:
         "versions": versions,
         "machine": {"hostname": socket.gethostname(), "platform": platform.platform(),
                     "cpuModel": cpu or platform.processor() or None, "cpuCount": os.cpu_count(),
-                    "gpus": gpus(), "pythonExecutable": sys.executable},
+                    "usableCores": usable_cores(), "gpus": gpus(), "pythonExecutable": sys.executable},
     }
 
 

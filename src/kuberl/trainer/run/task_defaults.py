@@ -22,7 +22,6 @@ The chosen values go into the first results line under `defaults`.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from kuberl.api.defaults import (
     with_values,
 )
 from kuberl.api.types import RLExperiment
+from kuberl.trainer.machine import usable_cores
 
 MAX_IMAGE_ENVS = 64
 # Ape-X replayed samples per env step: (what to aim for, the least to fall to) by task kind. Vector: 8 per step
@@ -239,7 +239,7 @@ def resolve_task_defaults(experiment: RLExperiment, *, measure: bool = True,
     taken = user_set_paths(experiment)
     name, values = resolved_defaults(experiment, kind)
     resolved = with_values(experiment, values) if values else experiment
-    chosen, record = machine_values(resolved, kind, taken, cores=cores or os.cpu_count() or 1, measure=measure)
+    chosen, record = machine_values(resolved, kind, taken, cores=cores or usable_cores(), measure=measure)
     if chosen:
         resolved = with_values(resolved, chosen)
         values = {**values, **chosen}
