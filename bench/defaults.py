@@ -6,6 +6,7 @@ budget; the worst seed is what counts.
     .venv/bin/python -m bench.defaults --rows ppo-cartpole --seeds 1 --timesteps 50000   # a smoke row
     .venv/bin/python -m bench.defaults --list                           # the rows and their references
     .venv/bin/python -m bench.defaults --reuse results.json --plot rows.png   # the curves of an earlier --json
+    .venv/bin/python -m bench.defaults --merge seed1.json seed2.json --json both.json   # seeds run side by side
 
 Each run is `kuberl train -f MANIFEST --storage file://... --quiet` in its own process (its own Ray), one
 after another. The return is the run's last 100-episode return mean (`episodeReturnMean` of the last results
@@ -137,6 +138,27 @@ def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str,
             "atOrAbove": verdict(row, worst, timesteps)}
 
 
+def merge_results(files: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of several --json files (seeds run in separate processes, side by side), each row's runs joined
+    in seed order and its worst seed and verdict taken again over all of them."""
+    merged: dict[str, dict[str, Any]] = {}
+    for results in files:
+        for result in results:
+            row = merged.setdefault(result["name"], {**result, "runs": []})
+            if row["budget"] != result["budget"]:
+                raise ValueError(f"{result['name']}: budgets {row['budget']} and {result['budget']} differ")
+            row["runs"] = sorted([*row["runs"], *result["runs"]], key=lambda run: run["seed"])
+    out = []
+    for row in merged.values():
+        row["seeds"] = [run["seed"] for run in row["runs"]]
+        returns = [run["return"] for run in row["runs"] if run["ok"] and run["return"] is not None]
+        row["worst"] = min(returns) if len(returns) == len(row["runs"]) else None
+        fields = {key: row[key] for key in Row.__dataclass_fields__}
+        row["atOrAbove"] = verdict(Row(**fields), row["worst"], row["budget"])
+        out.append(row)
+    return out
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.1f}"
 
@@ -185,9 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--plot", type=Path, help="draw the rows' curves here (PNG)")
     parser.add_argument("--reuse", type=Path, help="a --json file of earlier runs: plot and tabulate it, train nothing")
+    parser.add_argument("--merge", type=Path, nargs="+", help="--json files of one row's seeds run apart: "
+                        "join them (into --json), tabulate and plot, train nothing")
     args = parser.parse_args(argv)
-    if args.reuse:
+    if args.merge:
+        results = merge_results([json.loads(path.read_text()) for path in args.merge])
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    elif args.reuse:
         results = json.loads(args.reuse.read_text())
+    if args.merge or args.reuse:
         print(table(results))
         if args.plot:
             plot_rows(results, args.plot)
