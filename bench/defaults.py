@@ -130,10 +130,15 @@ def verdict(row: Row, worst: float | None, timesteps: int) -> str:
     return "yes" if worst >= row.reference else "no"
 
 
+def worst_seed(runs: list[dict[str, Any]]) -> float | None:
+    """The lowest return of the runs, or None where any run failed or has none (a row is judged on all seeds)."""
+    returns = [run["return"] for run in runs if run["ok"] and run["return"] is not None]
+    return min(returns) if len(returns) == len(runs) else None
+
+
 def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str, Any]:
     runs = [train(row, seed, timesteps, work) for seed in seeds]
-    returns = [r["return"] for r in runs if r["ok"] and r["return"] is not None]
-    worst = min(returns) if len(returns) == len(seeds) else None
+    worst = worst_seed(runs)
     return {**asdict(row), "budget": timesteps, "seeds": seeds, "runs": runs, "worst": worst,
             "atOrAbove": verdict(row, worst, timesteps)}
 
@@ -147,12 +152,12 @@ def merge_results(files: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             row = merged.setdefault(result["name"], {**result, "runs": []})
             if row["budget"] != result["budget"]:
                 raise ValueError(f"{result['name']}: budgets {row['budget']} and {result['budget']} differ")
-            row["runs"] = sorted([*row["runs"], *result["runs"]], key=lambda run: run["seed"])
+            row["runs"] += result["runs"]
     out = []
     for row in merged.values():
+        row["runs"].sort(key=lambda run: run["seed"])
         row["seeds"] = [run["seed"] for run in row["runs"]]
-        returns = [run["return"] for run in row["runs"] if run["ok"] and run["return"] is not None]
-        row["worst"] = min(returns) if len(returns) == len(row["runs"]) else None
+        row["worst"] = worst_seed(row["runs"])
         fields = {key: row[key] for key in Row.__dataclass_fields__}
         row["atOrAbove"] = verdict(Row(**fields), row["worst"], row["budget"])
         out.append(row)
