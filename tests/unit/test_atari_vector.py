@@ -197,12 +197,10 @@ def test_env_groups_overlap_on_ale_and_sample_what_one_group_does():
     (3, 2, 16, 16, 3),
 ])
 def test_env_threads_default(configured, workers, envs, cores, expected, monkeypatch):
-    import os
+    from kuberl.trainer.algorithms import base
 
-    from kuberl.trainer.algorithms.base import env_threads
-
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
-    assert env_threads(configured, workers, envs) == expected
+    monkeypatch.setattr(base, "usable_cores", lambda: cores)  # the pod's cores, whatever this machine has
+    assert base.env_threads(configured, workers, envs) == expected
 
 
 def test_evaluation_presses_fire_after_a_lost_life_as_training_does():
