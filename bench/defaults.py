@@ -7,6 +7,7 @@ budget; the worst seed is what counts.
     .venv/bin/python -m bench.defaults --list                           # the rows and their references
     .venv/bin/python -m bench.defaults --reuse results.json --plot rows.png   # the curves of an earlier --json
     .venv/bin/python -m bench.defaults --merge seed1.json seed2.json --json both.json   # seeds run side by side
+    .venv/bin/python -m bench.defaults --merge a.json b.json --rows ppo-hopper           # only these rows of them
 
 Each run is `kuberl train -f MANIFEST --storage file://... --quiet` in its own process (its own Ray), one
 after another. The return is the run's last 100-episode return mean (`episodeReturnMean` of the last results
@@ -215,18 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, nargs="+", help="--json files of one row's seeds run apart: "
                         "join them (into --json), tabulate and plot, train nothing")
     args = parser.parse_args(argv)
-    if args.merge:
-        results = merge_results([json.loads(path.read_text()) for path in args.merge])
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=2))
-    elif args.reuse:
-        results = json.loads(args.reuse.read_text())
+    wanted = {n for n in args.rows.split(",") if n}
     if args.merge or args.reuse:
+        results = (merge_results([json.loads(path.read_text()) for path in args.merge]) if args.merge
+                   else json.loads(args.reuse.read_text()))
+        results = [result for result in results if not wanted or result["name"] in wanted]
+        if args.merge and args.json:
+            args.json.write_text(json.dumps(results, indent=2))
         print(table(results))
         if args.plot:
             plot_rows(results, args.plot)
         return 0
-    wanted = {n for n in args.rows.split(",") if n}
     unknown = wanted - {row.name for row in ROWS}
     if unknown:
         parser.error(f"unknown rows {sorted(unknown)}; --list shows them")
