@@ -217,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                         "join them (into --json), tabulate and plot, train nothing")
     args = parser.parse_args(argv)
     wanted = {n for n in args.rows.split(",") if n}
+    unknown = wanted - {row.name for row in ROWS}
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; --list shows them")
     if args.merge or args.reuse:
         results = (merge_results([json.loads(path.read_text()) for path in args.merge]) if args.merge
                    else json.loads(args.reuse.read_text()))
@@ -227,9 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             plot_rows(results, args.plot)
         return 0
-    unknown = wanted - {row.name for row in ROWS}
-    if unknown:
-        parser.error(f"unknown rows {sorted(unknown)}; --list shows them")
     rows = [row for row in ROWS if not wanted or row.name in wanted]
     if args.list:
         for row in rows:
