@@ -81,8 +81,10 @@ ROWS: tuple[Row, ...] = (
 )
 
 
-def manifest(row: Row, seed: int, timesteps: int) -> dict[str, Any]:
+def manifest(row: Row, seed: int, timesteps: int, env_config: dict[str, Any] | None = None) -> dict[str, Any]:
     env: dict[str, Any] = {"id": row.env}
+    if env_config:
+        env["config"] = env_config
     if row.preprocessing != "none":
         env["preprocessing"] = row.preprocessing
     return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
@@ -91,12 +93,13 @@ def manifest(row: Row, seed: int, timesteps: int) -> dict[str, Any]:
                      "stop": {"timesteps": timesteps}}}
 
 
-def train(row: Row, seed: int, timesteps: int, work: Path) -> dict[str, Any]:
-    """One `kuberl train` run; its last results line's return, steps and time, and its defaults record."""
-    doc = manifest(row, seed, timesteps)
+def train(row: Row, seed: int, timesteps: int, work: Path, env_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One `kuberl train` run; its last results line's return, steps and time, and its defaults record. The
+    checkout's root is on the path too, so a row's env may be a class of bench's own (bench/reward_norm_probe.py)."""
+    doc = manifest(row, seed, timesteps, env_config)
     path = work / f"{doc['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "testing")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "testing"), str(ROOT)])}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "kuberl.cli", "train", "-f", str(path), "--storage",
                            f"file://{work / 'runs'}", "--quiet", "--fresh"], capture_output=True, text=True, env=env,

@@ -4,7 +4,7 @@ CleanRL's ppo_continuous_action.py, the source of the continuous-control set, al
 of each env's discounted return (Gymnasium's NormalizeReward, gamma 0.99), then clips them to +-10. kuberl's PPO
 has no such setting yet, so this probe puts it in the env: `Probe` wraps the MuJoCo env in those two wrappers
 and appends each episode's raw return to a file, since the returns kuberl reports are then the scaled ones.
-The manifest holds only what a defaults row holds (algorithm, env, seed, steps); the figure is the mean raw
+The run is a defaults row's (`bench.defaults.train`: a manifest with only algorithm, env, seed and steps); the figure is the mean raw
 return of the last 100 episodes, as the defaults rows' `episodeReturnMean`.
 
     .venv/bin/python -m bench.reward_norm_probe --env Hopper-v5 --seed 2      # about 6 min idle, 1M steps
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,9 +23,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
+from bench.defaults import Row, train
 
-ROOT = Path(__file__).resolve().parents[1]
 REWARD_CLIP = 10.0
 
 
@@ -71,22 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timesteps", type=int, default=1_000_000)
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
+    row = Row(f"reward-norm-{args.env.split('-')[0].lower()}", "ppo", "bench.reward_norm_probe:Probe",
+              args.timesteps, None, "probe")
     with tempfile.TemporaryDirectory(prefix="kuberl-reward-norm-") as tmp:
         log = Path(tmp) / "returns.txt"
-        manifest = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
-                    "metadata": {"name": f"reward-norm-{args.env.split('-')[0].lower()}-{args.seed}"},
-                    "spec": {"algorithm": "ppo",
-                             "env": {"id": "bench.reward_norm_probe:Probe", "config": {"base": args.env, "log": str(log)}},
-                             "config": {"seed": args.seed}, "stop": {"timesteps": args.timesteps}}}
-        path = Path(tmp) / "experiment.yaml"
-        path.write_text(yaml.safe_dump(manifest))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        subprocess.run([sys.executable, "-m", "kuberl.cli", "train", "-f", str(path), "--storage",
-                        f"file://{tmp}/runs", "--quiet"], check=True, env=env)
+        run = train(row, args.seed, args.timesteps, Path(tmp), env_config={"base": args.env, "log": str(log)})
+        if not run["ok"]:
+            print(run["error"], file=sys.stderr)
+            return 1
         returns = [float(line) for line in log.read_text().split()]
     best = max([last_mean(returns[:end]) for end in range(100, len(returns), 50)] + [last_mean(returns)])
-    result = {"env": args.env, "seed": args.seed, "timesteps": args.timesteps, "episodes": len(returns),
-              "lastHundredMean": last_mean(returns), "best": best}
+    result = {"env": args.env, "seed": args.seed, "timesteps": run["timesteps"], "episodes": len(returns),
+              "lastHundredMean": last_mean(returns), "best": best, "wallSeconds": run["wallSeconds"]}
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
