@@ -41,6 +41,8 @@ def test_a_continuous_control_manifest_trains_with_the_continuous_defaults(tmp_p
     assert first["timesteps"] == 2048  # 8 envs x 256 steps: CleanRL's 2,048 per update
     assert first["defaults"]["kind"] == "continuous-vector"
     assert first["defaults"]["values"]["config.observationFilter"] == "mean_std"
+    assert first["defaults"]["values"]["config.normalizeRewards"] is True
+    assert first["episodeReturnMean"] < -100  # the rewards the learner scales; the returns reported stay raw
     assert spec["config"]["lr"] == 0.001 and spec["config"]["numEpochs"] == 10
     assert spec["rollouts"]["fragmentLength"] == 256 and spec["config"]["observationFilter"] == "mean_std"
 

@@ -98,6 +98,9 @@ def test_the_sets_differ_where_the_published_settings_do():
     assert ppo["continuous-vector"]["rollouts.fragmentLength"] * ppo["continuous-vector"]["rollouts.envsPerWorker"] \
         == 2048  # CleanRL's 2,048 steps per update
     assert ppo["continuous-vector"]["config.lr"] == 3e-4 and ppo["continuous-vector"]["config.annealLr"] is True
+    # CleanRL's continuous-control script normalizes rewards; its discrete and Atari scripts do not.
+    assert ppo["continuous-vector"]["config.normalizeRewards"] is True
+    assert "config.normalizeRewards" not in ppo["discrete-vector"] and "config.normalizeRewards" not in ppo["image"]
     assert ppo["image"]["config.clipParam"] == 0.1 and ppo["image"]["config.lr"] == 2.5e-4
     assert ppo["discrete-vector"]["config.lr"] == 2e-3
     assert DEFAULTS["sac"]["continuous-vector"].plain()["replay.capacity"] == 1_000_000

@@ -138,7 +138,8 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
         "discrete-vector": DefaultSet(_PPO_DISCRETE),
         "continuous-vector": DefaultSet({
             **_set("cleanrl-ppo-continuous", config__lr=3e-4, config__annealLr=True, config__numEpochs=10,
-                   config__minibatchSize=64, config__entropyCoeff=0.0, config__gradClip=0.5),
+                   config__minibatchSize=64, config__entropyCoeff=0.0, config__gradClip=0.5,
+                   config__normalizeRewards=True),
             # CleanRL steps 1 env for 2,048 steps; 8 x 256 is the same batch (measured: 1,794 at 1M).
             **_set("measured-halfcheetah-ppo", config__observationFilter="mean_std", rollouts__envsPerWorker=8,
                    rollouts__fragmentLength=256),

@@ -58,6 +58,11 @@ class PPOParams(CommonParams):
     num_epochs: int = Field(8, ge=1, le=100)
     minibatch_size: int = Field(256, ge=1)
     normalize_advantages: bool = True
+    normalize_rewards: bool = Field(
+        False, description="Divide each reward by the running std of the discounted return and clip it to +-10, as "
+        "CleanRL's continuous-control PPO does; the statistics are the learner's, kept in checkpoints, and episode "
+        "returns stay raw. On in the continuous-control defaults."
+    )
     anneal_lr: bool = Field(
         True, description="Linear learning-rate decay to 0 over stop.timesteps (none without it), as CleanRL's PPO "
         "does. On by default: on Acrobot-v1 the worst of two seeds ended at -80.2 annealed, -82.9 held constant."

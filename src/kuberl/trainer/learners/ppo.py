@@ -4,7 +4,8 @@
 1. the observations go to the learner's device once, as they are (uint8 frames stay uint8);
 2. V(obs) in one pass; V(next_obs) is the next row's V(obs) inside an episode, and gets a pass of its own
    only for the last row and truncated steps (`bootstrap_rows`, `next_values_from`);
-3. GAE advantages and returns per fragment (`compute_gae`), in the critic's unnormalised scale;
+3. with `normalizeRewards`, the rewards divided by the running std of the discounted return (`RewardScale`);
+   GAE advantages and returns per fragment (`compute_gae`), in the critic's unnormalised scale;
 4. the valid rows of every fragment: the old values as the critic output them (the value clip is centred on
    them), the returns normalised with the statistics this batch updates (`ValueScale`).
 
@@ -27,6 +28,7 @@ from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
 from kuberl.trainer.learning.device import learner_autocast, to_device
 from kuberl.trainer.learning.gae import compute_gae
+from kuberl.trainer.learning.reward_scale import RewardScale
 from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
 from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
@@ -34,6 +36,7 @@ from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stat
 from kuberl.trainer.sampling.rollout_worker import SampleBatch
 
 VALUE_SCALE_FILE = "value_scale.npz"
+REWARD_SCALE_FILE = "reward_scale.npz"
 
 
 @dataclass
@@ -120,6 +123,7 @@ class PPOLearner:
         self.model = model.to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.lr, eps=1e-5, foreach=True)
         self.value_scale = ValueScale()
+        self.reward_scale = RewardScale(params.gamma) if params.normalize_rewards else None
         self.rng = rng  # the algorithm's generator: its state is in every checkpoint
         self.updates_total = 0
 
@@ -146,8 +150,9 @@ class PPOLearner:
             values = self.value_scale.denormalize(outputs)
             dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
             next_values = self._next_values(values, dones, d)
+            rewards = d["rewards"] if self.reward_scale is None else self.reward_scale.scale(batch)
             advantages, fragment_returns = compute_gae(
-                d["rewards"], values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
+                rewards, values, next_values, d["terminateds"], dones, p.gamma, p.gae_lambda
             )
             valid = d["valid"]
             rows = to_device({"actions": d["actions"][valid], "logp": behaviour_logp[valid],
@@ -239,6 +244,7 @@ class PPOLearner:
             MODEL_FILE: torch_bytes(self.model.state_dict()),
             OPTIMIZER_FILE: torch_bytes(self.optimizer.state_dict()),
             VALUE_SCALE_FILE: stats_to_bytes(self.value_scale.stats),
+            **({} if self.reward_scale is None else {REWARD_SCALE_FILE: stats_to_bytes(self.reward_scale.stats)}),
             LEARNER_FILE: json.dumps({"updates": self.updates_total}).encode(),
         }
 
@@ -246,6 +252,9 @@ class PPOLearner:
         value_stats = stats_from_bytes(files.get(VALUE_SCALE_FILE, b""))
         if value_stats is not None:
             self.value_scale.stats = value_stats
+        reward_stats = stats_from_bytes(files.get(REWARD_SCALE_FILE, b""))
+        if reward_stats is not None and self.reward_scale is not None:
+            self.reward_scale.stats = reward_stats
         self.model.load_state_dict(torch_load_bytes(files[MODEL_FILE], self.device))
         if OPTIMIZER_FILE in files:
             self.optimizer.load_state_dict(torch_load_bytes(files[OPTIMIZER_FILE], self.device))
