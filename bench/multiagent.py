@@ -48,8 +48,16 @@ def task_spec(task: str, workers: int = 0) -> dict[str, Any]:
     steps however many sample it (RLlib's env runners share their envs the same way)."""
     import yaml
 
-    spec = yaml.safe_load((EXAMPLES / TASK_EXAMPLES[task]).read_text())["spec"]
-    envs = spec["rollouts"]["envsPerWorker"]
+    from kuberl.api.defaults import resolved_defaults
+    from kuberl.api.validation import load_manifest
+    from kuberl.trainer.run.task_defaults import detect_task_kind
+
+    text = (EXAMPLES / TASK_EXAMPLES[task]).read_text()
+    spec = yaml.safe_load(text)["spec"]
+    example = load_manifest(text)  # the envs the example trains with: its own, else its task kind's set's
+    kind = detect_task_kind(example)
+    envs = (resolved_defaults(example, kind)[1] if kind else {}).get("rollouts.envsPerWorker",
+                                                                     example.spec.rollouts.envs_per_worker)
     if workers > 1 and envs % workers:
         raise SystemExit(f"bench/multiagent.py: --workers {workers} does not share the example's {envs} envs evenly")
     rollouts = {"workers": workers, "envsPerWorker": envs // max(1, workers),

@@ -226,3 +226,64 @@ def test_platform_examples_build_kueue_gang_and_template_pods():
             assert pods[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
         if name == "cartpole-template.yaml":
             assert all(p["spec"]["imagePullSecrets"] == [{"name": "registry-creds"}] for p in pods)
+
+
+def _default_for(experiment, kind: str, path: str) -> Any:
+    """What `path` (a manifest path under spec) would be where the manifest left it unset: the task kind's set,
+    else the model's own default."""
+    from pydantic.alias_generators import to_snake
+
+    from kuberl.api.algorithms import REGISTRY
+    from kuberl.api.defaults import DEFAULTS
+    from kuberl.api.types import ReplaySpec, RolloutsSpec
+
+    chosen = DEFAULTS[experiment.spec.algorithm].get(kind)
+    if chosen is not None and path in chosen.plain():
+        return chosen.plain()[path]
+    section, field = path.split(".")
+    model = {"config": REGISTRY[experiment.spec.algorithm].hyperparams, "rollouts": RolloutsSpec,
+             "replay": ReplaySpec}[section]
+    value = model.model_fields[to_snake(field)].get_default(call_default_factory=True)
+    return value.model_dump(by_alias=True) if hasattr(value, "model_dump") else value
+
+
+def _explained(text: str, path: str) -> bool:
+    """The manifest's line for `path` (`config.lr`: `lr:` under `spec.config`) has a comment, or is one of a run of
+    the section's keys under a comment line, or its section's line has one."""
+    section, field = path.split(".")
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith(f"  {section}:"))
+    at = next(i for i in range(header + 1, len(lines)) if lines[i].startswith(f"    {field}:"))
+    if "#" in lines[at]:
+        return True
+    for line in reversed(lines[header + 1:at]):
+        if line.strip().startswith("#"):
+            return True
+        if not line.strip():
+            break
+    return "#" in lines[header]
+
+
+def _example_experiments() -> list[tuple[str, str]]:
+    docs = []
+    for path in MANIFESTS:
+        text = path.read_text()
+        if any(doc and doc.get("kind") == "RLExperiment" for doc in yaml.safe_load_all(text)):
+            docs.append((path.name, text))
+    return docs
+
+
+@pytest.mark.parametrize(("name", "text"), _example_experiments(), ids=[n for n, _ in _example_experiments()])
+def test_an_example_sets_only_what_differs_from_its_defaults_and_says_why(name, text, user_envs_on_path):
+    from kuberl.api.defaults import user_set_paths
+    from kuberl.trainer.run.task_defaults import detect_task_kind
+
+    experiment = load_manifest(text)
+    kind = detect_task_kind(experiment)
+    assert kind is not None, f"{name}: no task kind (its env did not build)"
+    raw = yaml.safe_load(text)["spec"]
+    for path in sorted(user_set_paths(experiment) - {"config.seed"}):
+        section, field = path.split(".")
+        value = raw[section][field]
+        assert value != _default_for(experiment, kind, path), f"{name}: {path}: {value!r} is the default already"
+        assert _explained(text, path), f"{name}: {path} has no comment saying why"
