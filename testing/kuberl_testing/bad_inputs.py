@@ -237,6 +237,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.numEpochs", 0, OUT_OF_RANGE, False),
     C("config.minibatchSize", 100_000, INCONSISTENT, False, note="larger than the train batch"),
     C("config.normalizeAdvantages", "maybe", WRONG_TYPE, False),
+    C("config.normalizeRewards", "sometimes", WRONG_TYPE, False),
     C("config.annealLr", "yes", WRONG_TYPE, False),
     C("config.targetKl", 0, OUT_OF_RANGE, False),
     C("config.nStep", 0, OUT_OF_RANGE, False),
