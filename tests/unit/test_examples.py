@@ -238,8 +238,9 @@ def _default_for(experiment, kind: str, path: str) -> Any:
     from kuberl.api.types import ReplaySpec, RolloutsSpec
 
     chosen = DEFAULTS[experiment.spec.algorithm].get(kind)
-    if chosen is not None and path in chosen.plain():
-        return chosen.plain()[path]
+    values = chosen.plain() if chosen is not None else {}
+    if path in values:
+        return values[path]
     section, field = path.split(".")
     model = {"config": REGISTRY[experiment.spec.algorithm].hyperparams, "rollouts": RolloutsSpec,
              "replay": ReplaySpec}[section]
@@ -264,16 +265,17 @@ def _explained(text: str, path: str) -> bool:
     return "#" in lines[header]
 
 
-def _example_experiments() -> list[tuple[str, str]]:
-    docs = []
+def _example_experiments() -> list[Any]:
+    """Each example that holds an RLExperiment, as (name, text), with its name as the case id."""
+    cases = []
     for path in MANIFESTS:
         text = path.read_text()
         if any(doc and doc.get("kind") == "RLExperiment" for doc in yaml.safe_load_all(text)):
-            docs.append((path.name, text))
-    return docs
+            cases.append(pytest.param(path.name, text, id=path.name))
+    return cases
 
 
-@pytest.mark.parametrize(("name", "text"), _example_experiments(), ids=[n for n, _ in _example_experiments()])
+@pytest.mark.parametrize(("name", "text"), _example_experiments())
 def test_an_example_sets_only_what_differs_from_its_defaults_and_says_why(name, text, user_envs_on_path):
     from kuberl.api.defaults import user_set_paths
     from kuberl.trainer.run.task_defaults import detect_task_kind
