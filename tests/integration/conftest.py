@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,10 @@ from pathlib import Path
 import pytest
 
 from kuberl_testing.s3server import S3Server
+
+# A Ray call made before init_ray() would start a Ray of its own (Ray's auto-init): on the machine's address, not
+# loopback, and never shut down. Set before any test module imports Ray, it makes such a call fail instead.
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 
 _bucket_numbers = itertools.count()
 

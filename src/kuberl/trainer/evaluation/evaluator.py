@@ -92,9 +92,9 @@ class Evaluator:
         import ray
 
         policy_factory, weights = self.algo.evaluation_policy()
+        actors = self._ensure_actors(policy_factory)  # first: it starts Ray on loopback where the run has none yet
         weights_ref = ray.put(weights)
         filter_state = self.algo.obs_filter.get_state()
-        actors = self._ensure_actors(policy_factory)
         settings = self.algo.evaluation_settings()
         refs = []
         for index, actor in enumerate(actors):
