@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps bench-deps-cleanrl clean tools images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -101,6 +101,17 @@ bench-deps: ## RLlib 2.60 (with torch, pinned) and the Atari/MuJoCo envs in .ven
 	$(RLLIB_VENV)/bin/python -m pip install -q "ray[rllib]==2.60.0"
 	$(RLLIB_VENV)/bin/python -m pip install -q "gymnasium[atari,mujoco]" "ale-py==0.12.1" "mujoco==4.0.0" "opencv-python-headless==5.0.0.93"
 	$(RLLIB_VENV)/bin/python -m pip install -q "pettingzoo==1.27.0" "mpe2==1.1.1" "pygame-ce==2.5.8"
+
+CLEANRL_VENV ?= .venv-cleanrl
+
+# CleanRL's own script as a reference measured here (bench/cleanrl_reference.py), with the versions its
+# pyproject pins for MuJoCo; the script itself is not on PyPI and is given to the bench by path.
+bench-deps-cleanrl: ## torch (pinned), gymnasium 0.29.1 and mujoco 2.3.3 in .venv-cleanrl, for bench/cleanrl_reference.py
+	test -x $(CLEANRL_VENV)/bin/python || $(PYTHON) -m venv $(CLEANRL_VENV)
+	$(CLEANRL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CLEANRL_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(CLEANRL_VENV)/bin/python -m pip install -q "gymnasium[mujoco]==0.29.1" "mujoco==2.3.3" "numpy==1.26.4" \
+		"tyro==1.0.17" "tensorboard==2.21.0"
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache
