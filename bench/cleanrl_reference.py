@@ -26,10 +26,11 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.defaults import ROWS, return_curve, table, verdict, worst_seed
+from bench.defaults import ROWS, return_curve, row_result, table
 
 ROOT = Path(__file__).resolve().parents[1]
 EPISODE_LINE = re.compile(r"global_step=(\d+), episodic_return=\[?([-0-9.e+]+)\]?")
@@ -84,12 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kuberl-cleanrl-") as tmp:
         runs = [run_seed(args.python, args.script.resolve(), args.env, seed, args.timesteps, Path(tmp))
                 for seed in seeds]
-    worst = worst_seed(runs)
-    result = {"name": f"cleanrl-{row.name}", "algorithm": "ppo", "env": args.env, "timesteps": row.timesteps,
-              "reference": row.reference, "source": f"CleanRL's script run here; the reference is {row.source}",
-              "env_note": "", "preprocessing": "none", "budget": args.timesteps, "seeds": seeds, "runs": runs,
-              "worst": worst}
-    result["atOrAbove"] = verdict(row, worst, args.timesteps)
+    here = replace(row, name=f"cleanrl-{row.name}", env=args.env, env_note="",
+                   source=f"CleanRL's script run here; the reference is {row.source}")
+    result = row_result(here, args.timesteps, runs)
     print(table([result]))
     if args.json:
         args.json.write_text(json.dumps([result], indent=2))

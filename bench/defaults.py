@@ -140,11 +140,15 @@ def worst_seed(runs: list[dict[str, Any]]) -> float | None:
     return min(returns) if len(returns) == len(runs) else None
 
 
-def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str, Any]:
-    runs = [train(row, seed, timesteps, work) for seed in seeds]
+def row_result(row: Row, timesteps: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A row's --json entry: the row, its budget, its seeds' runs, the worst seed and the verdict."""
     worst = worst_seed(runs)
-    return {**asdict(row), "budget": timesteps, "seeds": seeds, "runs": runs, "worst": worst,
-            "atOrAbove": verdict(row, worst, timesteps)}
+    return {**asdict(row), "budget": timesteps, "seeds": [run["seed"] for run in runs], "runs": runs,
+            "worst": worst, "atOrAbove": verdict(row, worst, timesteps)}
+
+
+def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str, Any]:
+    return row_result(row, timesteps, [train(row, seed, timesteps, work) for seed in seeds])
 
 
 def merge_results(files: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
