@@ -35,14 +35,14 @@ class ModelParams(StrictModel):
 
 class CommonParams(StrictModel):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
-    lr: float = Field(3e-4, gt=0, le=1.0)
-    gamma: float = Field(0.99, ge=0, le=1.0)
+    lr: float = Field(3e-4, gt=0, le=1.0, description="The optimizer's (Adam's) learning rate.")
+    gamma: float = Field(0.99, ge=0, le=1.0, description="Discount factor of future rewards.")
     hidden: list[LayerWidth] = Field(default_factory=lambda: [64, 64], min_length=1, max_length=8,
                                      description="MLP widths for vector observations.")
     model: ModelParams = Field(default_factory=ModelParams,
                                description="The conv encoder, chosen for image observations; vectors use hidden.")
-    activation: Literal["tanh", "relu"] = "tanh"
-    grad_clip: float | None = Field(0.5, gt=0)
+    activation: Literal["tanh", "relu"] = Field("tanh", description="The MLP's activation function.")
+    grad_clip: float | None = Field(0.5, gt=0, description="Global-norm clip of the gradients; null: none.")
     observation_filter: Literal["none", "mean_std"] = Field(
         "none", description="mean_std: running mean/std normalisation, synced from workers each iteration."
     )
@@ -50,14 +50,16 @@ class CommonParams(StrictModel):
 
 class PPOParams(CommonParams):
     lr: float = Field(2e-3, gt=0, le=1.0)
-    gae_lambda: float = Field(0.95, ge=0, le=1.0)
-    clip_param: float = Field(0.2, gt=0)
+    gae_lambda: float = Field(0.95, ge=0, le=1.0, description="GAE's lambda: 0 is one-step TD, 1 the Monte Carlo "
+                              "return.")
+    clip_param: float = Field(0.2, gt=0, description="PPO's surrogate clip of the probability ratio.")
     vf_clip_param: float | None = Field(10.0, gt=0, description="Value clipping range; null disables it.")
-    vf_coeff: float = Field(0.5, ge=0)
-    entropy_coeff: float = Field(0.0, ge=0)
-    num_epochs: int = Field(8, ge=1, le=100)
-    minibatch_size: int = Field(256, ge=1)
-    normalize_advantages: bool = True
+    vf_coeff: float = Field(0.5, ge=0, description="Weight of the value loss in the total loss.")
+    entropy_coeff: float = Field(0.0, ge=0, description="Weight of the entropy bonus in the total loss.")
+    num_epochs: int = Field(8, ge=1, le=100, description="Passes over each sample batch.")
+    minibatch_size: int = Field(256, ge=1, description="Transitions per gradient step within an epoch.")
+    normalize_advantages: bool = Field(True, description="Normalise the advantages of each minibatch to mean 0, "
+                                       "std 1.")
     normalize_rewards: bool = Field(
         False, description="Divide each reward by the running std of the discounted return and clip it to +-10, as "
         "CleanRL's continuous-control PPO does; the statistics are the learner's, kept in checkpoints, and episode "
@@ -84,29 +86,34 @@ class DQNParams(CommonParams):
         "on CartPole with the target synced every 50 updates: huber's Q-values ran away (mean Q 1.2k by 30k env "
         "steps, where returns bound them by 100) and mse's stayed bounded; with syncs 200 updates apart both hold.",
     )
-    n_step: int = Field(1, ge=1, le=100)
-    double_q: bool = False
-    dueling: bool = False
-    train_batch_size: int = Field(128, ge=1)
+    n_step: int = Field(1, ge=1, le=100, description="n-step returns in the TD target; 1 is one-step TD.")
+    double_q: bool = Field(False, description="Double Q-learning: the online network picks the next action, "
+                           "the target network values it.")
+    dueling: bool = Field(False, description="Dueling heads: separate state-value and advantage streams.")
+    train_batch_size: int = Field(128, ge=1, description="Transitions sampled from replay per learner update.")
     learning_starts: int = Field(10_000, ge=0, description="Env steps before the first update.")
     replay_ratio: float = Field(
         0.1, gt=0, description="Learner updates per env step (times train_batch_size samples per update)."
     )
     target_update_interval: int = Field(50, ge=1, description="Learner updates between target-network syncs.")
-    epsilon_start: float = Field(1.0, ge=0, le=1)
-    epsilon_end: float = Field(0.05, ge=0, le=1)
-    epsilon_timesteps: int = Field(10_000, ge=1)
+    epsilon_start: float = Field(1.0, ge=0, le=1, description="Epsilon-greedy exploration: the random-action "
+                                  "probability at the start.")
+    epsilon_end: float = Field(0.05, ge=0, le=1, description="The random-action probability after "
+                                "epsilonTimesteps.")
+    epsilon_timesteps: int = Field(10_000, ge=1, description="Env steps over which epsilon falls linearly from "
+                                   "epsilonStart to epsilonEnd.")
     priority_alpha: float = Field(
         0.0, ge=0, le=1,
         description="Prioritization exponent: 0 samples replay uniformly (DQN; with 0.6 one CartPole seed of two fell "
         "from 500 to 306 at 430k steps), 0.6 is Ape-X's.",
     )
-    priority_beta: float = Field(0.4, ge=0, le=1)
+    priority_beta: float = Field(0.4, ge=0, le=1, description="Prioritized replay's importance-sampling "
+                                 "exponent at the start.")
     priority_beta_timesteps: int = Field(
         100_000, ge=1, description="Anneal beta to priorityBetaFinal over this many env steps."
     )
     priority_beta_final: float = Field(1.0, ge=0, le=1, description="The importance-sampling exponent beta ends at.")
-    priority_eps: float = Field(1e-6, gt=0)
+    priority_eps: float = Field(1e-6, gt=0, description="Added to |TD error| so no transition gets priority 0.")
 
 
 class ShardReplayParams(StrictModel):
@@ -160,7 +167,8 @@ class ApexDQNParams(ShardReplayParams, DQNParams):
         "final epsilon in CleanRL and RL Zoo: on CartPole-v1 one worker at 0.1 ended at 474.1 (worst of two "
         "seeds), at 0.05 at 489.4.",
     )
-    worker_epsilon_exponent: float = Field(7.0, ge=0)
+    worker_epsilon_exponent: float = Field(7.0, ge=0, description="Ape-X: the exponent of the workers' epsilons "
+                                           "(see workerEpsilonBase); the paper's 7.")
 
 
 class IMPALAParams(CommonParams):
@@ -169,8 +177,8 @@ class IMPALAParams(CommonParams):
         40.0, gt=0, description="Global-norm clip of the policy's and the critic's gradients, each on its own; "
         "together where they share the conv encoder (image observations)."
     )
-    vf_coeff: float = Field(0.5, ge=0)
-    entropy_coeff: float = Field(0.01, ge=0)
+    vf_coeff: float = Field(0.5, ge=0, description="Weight of the value loss in the total loss.")
+    entropy_coeff: float = Field(0.01, ge=0, description="Weight of the entropy bonus in the total loss.")
     anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over stop.timesteps.")
     rho_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the importance ratio in the value targets.")
     c_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the trace-cutting coefficients c_i.")

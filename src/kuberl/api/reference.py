@@ -58,16 +58,44 @@ def _default(info: FieldInfo) -> str:
     return "" if info.default is None else f"`{str(info.default).lower() if isinstance(info.default, bool) else info.default}`"
 
 
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a list's items (`list[PolicySpec]`, `list[X] | None`), if they are objects."""
+    for candidate in [annotation, *typing.get_args(annotation)]:
+        if typing.get_origin(candidate) is list:
+            return _nested_model(typing.get_args(candidate)[0])
+    return None
+
+
+def description_of(model: type[BaseModel], name: str) -> str:
+    """A field's description; a subclass that overrides a field only to change its default or bounds
+    (PPOParams.lr) keeps the meaning its nearest base gave it."""
+    for cls in model.__mro__:
+        info = getattr(cls, "model_fields", {}).get(name) if isinstance(cls, type) and issubclass(cls, BaseModel) \
+            else None
+        if info is not None and info.description:
+            return info.description
+    return ""
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[str]:
     rows = []
     for name, info in model.model_fields.items():
         path = f"{prefix}.{info.alias or name}" if prefix else (info.alias or name)
-        nested = _nested_model(info.annotation)
-        description = (info.description or "").replace("|", "\\|")
+        description = description_of(model, name).replace("|", "\\|")
         rows.append(f"| `{path}` | {_type_name(info.annotation)} | {_default(info)} | {_constraints(info)} | {description} |")
-        if nested is not None and typing.get_origin(info.annotation) is not list:
+        items = _list_item_model(info.annotation)
+        nested = None if items is not None else _nested_model(info.annotation)
+        if items is not None:
+            rows.extend(_rows(items, f"{path}[]"))
+        elif nested is not None:
             rows.extend(_rows(nested, path))
     return rows
+
+
+def empty_meanings(reference: str) -> list[str]:
+    """The fields of a generated reference whose meaning column is empty."""
+    return [line.split("|")[1].strip() for line in reference.splitlines()
+            if line.startswith("| `") and line.rstrip().endswith("|  |")]
 
 
 def render_reference() -> str:

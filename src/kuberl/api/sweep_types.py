@@ -65,7 +65,8 @@ class SweepParameter(StrictModel):
         description="Where the value goes in the template: config.NAME (hyperparameters), rollouts.NAME or "
         "env.config.NAME, in the manifest's camelCase.",
     )
-    type: Literal["float", "int", "categorical"]
+    type: Literal["float", "int", "categorical"] = Field(
+        description="float and int: a range (low, high, log, step); categorical: a list of values.")
     low: float | None = Field(None, description="float and int: the smallest value.")
     high: float | None = Field(None, description="float and int: the largest value (inclusive).")
     log: bool = Field(False, description="float and int: sample on a log scale (needs low > 0).")
@@ -83,7 +84,8 @@ class ObjectiveSpec(StrictModel):
         description="A reported result: episodeReturnMean, evaluationReturnMean (needs template.evaluation) or any "
         "numeric key of results.jsonl (dots reach into nested ones: learner.entropy).",
     )
-    goal: Literal["maximize", "minimize"] = "maximize"
+    goal: Literal["maximize", "minimize"] = Field("maximize", description="Whether a larger or a smaller "
+                                                   "metric is better.")
     target: float | None = Field(None, description="End the sweep (Succeeded) once a finished trial reaches this.")
 
 
@@ -125,9 +127,12 @@ class EarlyStoppingSpec(StrictModel):
 
 class RLSweepSpec(StrictModel):
     template: RLExperimentSpec = Field(description="The RLExperiment spec every trial starts from.")
-    parameters: list[SweepParameter] = Field(min_length=1, max_length=64)
-    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
-    search: SearchSpec = Field(default_factory=SearchSpec)
+    parameters: list[SweepParameter] = Field(
+        min_length=1, max_length=64,
+        description="The hyperparameters searched: each a path in the template and the values it may take.")
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec,
+                                     description="The metric a trial is judged by, and which way is better.")
+    search: SearchSpec = Field(default_factory=SearchSpec, description="How the next trials are proposed.")
     early_stopping: EarlyStoppingSpec | None = Field(None, description="Stop poor trials from their intermediate "
                                                      "results.")
     max_trials: int = Field(10, ge=1, le=MAX_TRIALS, description="Trials in all (pbt: the population size, "

@@ -296,7 +296,8 @@ class TracesSpec(StrictModel):
 
 
 class SecretRef(StrictModel):
-    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                      description="The Secret's name, in the experiment's namespace.")
 
 
 class StorageSpec(StrictModel):
@@ -315,11 +316,15 @@ LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 
 
 class Toleration(StrictModel):
-    key: str | None = Field(None, max_length=317, pattern=f"({LABEL_KEY_PATTERN})|^$")
-    operator: Literal["Exists", "Equal"] | None = None
-    value: LabelValue | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = Field(None, ge=0)
+    key: str | None = Field(None, max_length=317, pattern=f"({LABEL_KEY_PATTERN})|^$",
+                            description="The taint key the toleration matches; empty with Exists: every taint.")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Equal (the default) matches key and "
+                                                       "value; Exists matches the key whatever its value.")
+    value: LabelValue | None = Field(None, description="The taint value to match (Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect to match; empty: every effect.")
+    toleration_seconds: int | None = Field(None, ge=0, description="NoExecute: how long the pod stays on a node "
+                                           "that gets the taint; unset: forever.")
 
 
 # A partial PodTemplateSpec; its schema is cut from the Kubernetes API (podtemplate.py), and
@@ -331,8 +336,10 @@ class PodSpec(StrictModel):
     cpu: CpuQuantity = Field("2", description="CPU request and limit.")
     memory: MemoryQuantity = Field("4Gi", description="Memory request and limit.")
     gpus: int = Field(0, ge=0, le=16, description='Whole GPUs, as the "nvidia.com/gpu" limit.')
-    node_selector: dict[str, LabelValue] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict,
+                                                 description="Node labels the pod must be scheduled on.")
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64,
+                                          description="Taints the pod tolerates (a pod's tolerations).")
     template: PodTemplate | None = Field(None, description=template_schema()["description"])
 
     @field_validator("node_selector")
@@ -409,16 +416,23 @@ class MultiAgentSpec(StrictModel):
 
 class RLExperimentSpec(StrictModel):
     algorithm: Algorithm = Field(description=" | ".join(ALGORITHM_NAMES))
-    env: EnvSpec
+    env: EnvSpec = Field(description="The environment: its id, constructor arguments, preprocessing and "
+                         "wrappers.")
     config: FreeForm = Field(default_factory=dict, description="Algorithm hyperparameters (lr, gamma, ...).")
-    rollouts: RolloutsSpec = Field(default_factory=RolloutsSpec)
-    replay: ReplaySpec = Field(default_factory=ReplaySpec)
-    learner: LearnerSpec = Field(default_factory=LearnerSpec)
-    stop: StopSpec = Field(default_factory=StopSpec)
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
-    traces: TracesSpec = Field(default_factory=TracesSpec)
-    storage: StorageSpec = Field(default_factory=StorageSpec)
-    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    rollouts: RolloutsSpec = Field(default_factory=RolloutsSpec,
+                                   description="Sampling: rollout workers, envs per worker, steps per batch.")
+    replay: ReplaySpec = Field(default_factory=ReplaySpec,
+                               description="The replay buffer of the off-policy algorithms (dqn, apex-dqn, sac).")
+    learner: LearnerSpec = Field(default_factory=LearnerSpec, description="Where and how the learner trains.")
+    stop: StopSpec = Field(default_factory=StopSpec,
+                           description="When training ends: the first criterion met stops it.")
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec,
+                                       description="Checkpoint cadence, retention, exports and restoring.")
+    traces: TracesSpec = Field(default_factory=TracesSpec, description="Episode traces written to storage.")
+    storage: StorageSpec = Field(default_factory=StorageSpec,
+                                 description="Where checkpoints, results and traces go.")
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec,
+                                   description="Experiment trackers: MLflow, Weights & Biases.")
     evaluation: EvaluationSpec | None = Field(None, description="Evaluation during training.")
     multi_agent: MultiAgentSpec | None = Field(
         None, description="Policies of a multi-agent env (a PettingZoo env in env.id) and the agents each serves; "
@@ -431,18 +445,22 @@ class RLExperimentSpec(StrictModel):
     )
     image: str | None = Field(None, max_length=1024, pattern=IMAGE_PATTERN,
                               description="Trainer image; default from the operator's settings.")
-    head: PodSpec = Field(default_factory=PodSpec)
-    workers: WorkersSpec = Field(default_factory=WorkersSpec)
+    head: PodSpec = Field(default_factory=PodSpec, description="The head pod: the Ray head and the trainer.")
+    workers: WorkersSpec = Field(default_factory=WorkersSpec,
+                                 description="The Ray worker pods that host rollout workers and replay shards.")
     backoff_limit: int = Field(3, ge=0, le=100, description="Head restarts before the experiment fails.")
     suspend: bool = Field(False, description="True deletes the pods and keeps storage; false again resumes.")
     ttl_seconds_after_finished: int | None = Field(
         None, ge=0, le=2**31 - 1,  # an int32, as in a Job: the operator adds it to a timestamp
         description="Delete the pods this long after Succeeded/Failed (the resource stays).",
     )
-    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                                             description="The pods' ServiceAccount; unset: the namespace's "
+                                             "default.")
     priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
                                            description="The pods' PriorityClass; also the gang PodGroup's.")
-    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec,
+                                       description="Gang scheduling of the head and workers.")
 
 
 class Condition(StrictModel):
