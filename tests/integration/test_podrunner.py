@@ -140,6 +140,37 @@ def test_service_names_reach_the_selected_pod_through_its_local_port(cluster):
     assert runner.process_of(NS, "server") is not None
 
 
+FETCH_FROM_FILE = """
+import json, sys, urllib.request
+url = json.load(open(sys.argv[1]))["storage"]["endpoint"]
+print(url, urllib.request.urlopen(url, timeout=10).read().decode(), file=open("/dev/termination-log", "w"))
+"""
+
+
+def test_service_names_in_mounted_files_reach_the_selected_pod(cluster):
+    """As DNS would in a cluster: a Service named in a mounted ConfigMap (an experiment's storage endpoint) is
+    the selected pod's address, and the pod waits for that pod as it does for a name in its command."""
+    api, _ = cluster
+    api.create_namespaced_config_map(NS, {"metadata": {"name": "store"}, "data": {
+        "experiment.json": json.dumps({"storage": {"endpoint": "http://minio:9000"}})}})
+    api.create_namespaced_service(NS, {"metadata": {"name": "minio"},
+                                       "spec": {"selector": {"app": "minio"}, "ports": [{"port": 9000}]}})
+    client = _pod("reader", FETCH_FROM_FILE, args=["/etc/kuberl/experiment.json"],
+                  volumeMounts=[{"name": "config", "mountPath": "/etc/kuberl"}])
+    client["spec"]["volumes"] = [{"name": "config", "configMap": {"name": "store"}}]
+    api.create_namespaced_pod(NS, client)
+    time.sleep(0.5)
+    assert _read(api, "reader")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    api.create_namespaced_pod(NS, _pod("minio", SERVE, args=["--port=9000", "$(POD_IP)"], labels={"app": "minio"},
+                                       ports=[{"containerPort": 9000}],
+                                       env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]))
+    status = _terminal(api, "reader")["status"]
+    assert status["phase"] == "Succeeded", status
+    server = _read(api, "minio")["status"]["podIP"]
+    url, answer = status["containerStatuses"][0]["state"]["terminated"]["message"].split(" ", 1)
+    assert url.startswith(f"http://{server}:") and answer.strip() == f"hello from {server}"
+
+
 LINGER = """
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)

@@ -250,9 +250,14 @@ class PodRunner:
         if not container.get("command"):
             raise PodSetupError("StandInUnsupported", "the stand-in needs container.command (it has no images)")
         secrets, config_maps = self._referenced_data(body)
+        mounts = localpod.volume_files(body, container, secrets=secrets, config_maps=config_maps)
         hosts = self._hosts(pod.namespace, pods, services)
+        # A Service name resolves wherever the pod meets it: its command, its env and the files mounted into it
+        # (an experiment's spec.storage.endpoint reaches the trainer in a ConfigMap).
+        files = [text for mounted in mounts.values() for text in mounted.values()]
         wanted = localpod.referenced_hosts(" ".join([*container.get("command", []), *container.get("args", []),
-                                                     *(str(e.get("value", "")) for e in container.get("env") or [])]),
+                                                     *(str(e.get("value", "")) for e in container.get("env") or []),
+                                                     *files]),
                                            self._service_names(pod.namespace, services))
         missing = sorted(h for h in wanted if h not in hosts)
         if missing:
@@ -261,7 +266,8 @@ class PodRunner:
         pod.ports = localpod.plan_ports(container, self.options.fixed_ports, lambda: free_port(""))
         hosts[pod.ip] = Endpoint(pod.ip, pod.ports)
         env = localpod.resolve_env(body, container, pod_ip=pod.ip, secrets=secrets, config_maps=config_maps)
-        mounts = localpod.volume_files(body, container, secrets=secrets, config_maps=config_maps)
+        mounts = {path: {name: localpod.rewrite_addresses(text, hosts) for name, text in mounted.items()}
+                  for path, mounted in mounts.items()}
         pod.directory = self.work_dir / f"{pod.name[:40]}-{pod.uid[:8]}"
         paths = self._materialise(pod, mounts, container)
         argv = [*container.get("command", []), *container.get("args", [])]
