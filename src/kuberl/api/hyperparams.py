@@ -33,6 +33,12 @@ class ModelParams(StrictModel):
     )
 
 
+# annealLr's horizon apart from the run's own budget: a PBT member's run covers one round, its schedule the sweep.
+ANNEAL_TIMESTEPS = ("The env steps annealLr decays the rate over, counted from the run's first step (a run restored "
+                    "from a checkpoint counts on from its steps); default stop.timesteps. A PBT sweep sets it to "
+                    "its budget (template.stop.timesteps), so a member's rate falls once over all its rounds.")
+
+
 class CommonParams(StrictModel):
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0, description="The optimizer's (Adam's) learning rate.")
@@ -66,9 +72,11 @@ class PPOParams(CommonParams):
         "returns stay raw. On in the continuous-control defaults."
     )
     anneal_lr: bool = Field(
-        True, description="Linear learning-rate decay to 0 over stop.timesteps (none without it), as CleanRL's PPO "
-        "does. On by default: on Acrobot-v1 the worst of two seeds ended at -80.2 annealed, -82.9 held constant."
+        True, description="Linear learning-rate decay to 0 over annealTimesteps (default stop.timesteps; none "
+        "without either), as CleanRL's PPO does. On by default: on Acrobot-v1 the worst of two seeds ended at -80.2 "
+        "annealed, -82.9 held constant."
     )
+    anneal_timesteps: int | None = Field(None, ge=1, description=ANNEAL_TIMESTEPS)
     target_kl: float | None = Field(None, gt=0, description="Stop the epoch loop early past this KL.")
 
 
@@ -179,7 +187,9 @@ class IMPALAParams(CommonParams):
     )
     vf_coeff: float = Field(0.5, ge=0, description="Weight of the value loss in the total loss.")
     entropy_coeff: float = Field(0.01, ge=0, description="Weight of the entropy bonus in the total loss.")
-    anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over stop.timesteps.")
+    anneal_lr: bool = Field(False, description="Linear learning-rate decay to 0 over annealTimesteps (default "
+                             "stop.timesteps).")
+    anneal_timesteps: int | None = Field(None, ge=1, description=ANNEAL_TIMESTEPS)
     rho_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the importance ratio in the value targets.")
     c_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the trace-cutting coefficients c_i.")
     pg_rho_bar: float | None = Field(1.0, gt=0, description="V-trace: clip of the ratio in the policy-gradient advantage.")
@@ -207,7 +217,8 @@ class APPOParams(IMPALAParams):
         "task's cap the advantages vanish and a bonus alone moves the policy toward uniform play (images: 0.01)."
     )
     anneal_lr: bool = Field(
-        True, description="Linear learning-rate decay to 0 over stop.timesteps (none without it). On by default: "
+        True, description="Linear learning-rate decay to 0 over annealTimesteps (default stop.timesteps; none "
+        "without either). On by default: "
         "with a constant rate, CartPole held 500 for 1.5M steps and then fell (images: off, as RLlib's Pong APPO)."
     )
     clip_param: float = Field(0.4, gt=0, description="PPO's surrogate clip of the ratio to the target policy.")

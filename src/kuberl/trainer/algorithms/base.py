@@ -22,7 +22,7 @@ import torch
 
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
-from kuberl.trainer.learning.schedules import anneal_lr, remaining_fraction
+from kuberl.trainer.learning.schedules import anneal_horizon, anneal_lr
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
@@ -97,9 +97,9 @@ class Algorithm:
         self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
         self.sampler: Sampler | None = None  # set by setup(): the rollout workers, however they run
         # Only where the manifest asked for it: APPO anneals by default wherever there is a step budget.
-        if "anneal_lr" in self.params.model_fields_set and self.params.anneal_lr and self.spec.stop.timesteps is None:
-            warnings.warn("spec.config.annealLr needs spec.stop.timesteps; the learning rate stays constant",
-                          RuntimeWarning, stacklevel=2)
+        if "anneal_lr" in self.params.model_fields_set and self.params.anneal_lr and self.anneal_horizon(self.params) is None:
+            warnings.warn("spec.config.annealLr needs spec.stop.timesteps (or config.annealTimesteps); the learning "
+                          "rate stays constant", RuntimeWarning, stacklevel=2)
         self.setup()
 
     # -- what a subclass implements --------------------------------------------------------------
@@ -115,13 +115,18 @@ class Algorithm:
         """Sample and learn once. Returns {"envSteps": int, ...algorithm-specific nested stats}."""
         raise NotImplementedError
 
+    def anneal_horizon(self, params: Any) -> int | None:
+        """The env steps `params`' annealLr runs over: its annealTimesteps (a PBT sweep's budget), else
+        stop.timesteps."""
+        return anneal_horizon(getattr(params, "anneal_timesteps", None), self.spec.stop.timesteps)
+
     def anneal(self, learner: Any, env_steps: int = 0) -> None:
         """`annealLr` of the learner's params (a multi-agent policy's own): set its optimizer's rate for the share
-        of the env-step budget left after `env_steps` more. Nothing without annealLr or a step budget."""
+        of the anneal horizon left after `env_steps` more. Nothing without annealLr or a horizon."""
         params = learner.params
-        if getattr(params, "anneal_lr", False) and self.spec.stop.timesteps:
-            anneal_lr(learner.optimizer, params.lr,
-                      remaining_fraction(self.timesteps + env_steps, self.spec.stop.timesteps))
+        horizon = self.anneal_horizon(params)
+        if getattr(params, "anneal_lr", False) and horizon:
+            anneal_lr(learner.optimizer, params.lr, self.timesteps + env_steps, horizon)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         """Actions for a batch of filtered observations, from the learner's model."""
@@ -190,6 +195,11 @@ class Algorithm:
             if self.episode_sink is not None:
                 self.episode_sink(record)
             self.callbacks.on_episode_end(algorithm=self, episode=record)
+
+    def forget_episodes(self) -> None:
+        """Empty the return windows (the episode counter goes on): a run started from another run's checkpoint
+        reports its own episodes only, so a PBT member is scored on its own play of the round."""
+        self.return_window.clear()
 
     def collect(self) -> list[SampleBatch]:
         """Sample every worker once, then sync filters and record the finished episodes."""

@@ -93,6 +93,12 @@ class MultiAgentAlgorithm(Algorithm):
                 self.agent_windows.setdefault(agent, deque(maxlen=RETURN_WINDOW)).append(played["return"])
                 self.policy_windows[played["policy"]].append(played["return"])
 
+    def forget_episodes(self) -> None:
+        super().forget_episodes()
+        self.agent_windows.clear()
+        for window in self.policy_windows.values():
+            window.clear()
+
     def collect_multi_agent(self) -> tuple[list[MultiAgentSampleBatch], float]:
         started = time.perf_counter()
         batches: list[MultiAgentSampleBatch] = self.collect()  # type: ignore[assignment]

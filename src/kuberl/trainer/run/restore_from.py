@@ -3,8 +3,10 @@
 Used when the run has no checkpoint of its own (a run that has one resumes from it, so a restarted
 head never goes back to the other run). PBT's exploit step is this: a lagging trial continues from a
 leading trial's checkpoint with perturbed hyperparameters. The checkpoint's random state is left out
-(the run keeps its own seed), and the optimizer's learning rate is set back to this manifest's after
-its state (the Adam moments) is loaded: torch's `load_state_dict` would bring the old run's rate.
+(the run keeps its own seed), the optimizer's learning rate is set back to this manifest's after
+its state (the Adam moments) is loaded (torch's `load_state_dict` would bring the old run's rate), and
+the return windows start empty: the run's episodeReturnMean is of its own episodes, never the other
+run's (a PBT member is scored on its own play of the round, not on the donor's).
 """
 
 from __future__ import annotations
@@ -55,4 +57,5 @@ def restore_from(algo: Algorithm, uri: str, endpoint: str | None = None) -> Chec
     for optimizer, lrs in zip(_optimizers(learner), rates, strict=True):
         for group, lr in zip(optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
+    algo.forget_episodes()
     return info
