@@ -222,3 +222,23 @@ def test_evaluation_presses_fire_after_a_lost_life_as_training_does():
     finally:
         env.close()
     assert len(lives) >= 3, lives  # the game went on past its first lost life
+
+
+def test_a_termination_without_a_drop_in_lives_ends_the_game():
+    """Some games end with lives left (a timer, a last level): ALE terminates with the lives unchanged. That is the
+    game's end, not a lost life: its score is reported and the next game's starts from zero."""
+    env = GameScoreVector(ScriptedGames([
+        (5.0, False, 3), (2.0, True, 3),  # the game ends with three lives left
+        (0.0, False, 3),  # the autoreset step
+        (4.0, False, 3), (1.0, True, 2),  # a lost life, the game goes on
+        (0.0, False, 2), (3.0, True, 2),  # ends with two lives left
+    ]))
+    env.reset(seed=0)
+    scores, resets = [], []
+    for _ in range(7):
+        _, _, _, _, info = env.step(np.array([0]))
+        scores.append(float(info["game_return"][0]) if info["_game_return"][0] else None)
+        resets.append(bool(info[RESETS][0]))
+    assert scores == [None, 7.0, None, None, None, None, 8.0]
+    assert resets == [False, True, False, False, False, False, True]
+

@@ -8,7 +8,8 @@ second, because no Python wrapper runs per env and step.
 Two things are done here rather than by ALE, to keep the preset's meaning:
 - A lost life ends the learner's episode but not the game. ALE's `episodic_life` restarts the whole
   game on a lost life, so it stays off; `life_loss_info` reports the loss as a termination while
-  the game goes on. ALE resets a game on the step after it is over, so `GameScoreVector` says where
+  the game goes on. A termination without a drop in lives is the game's end (some games end with
+  lives left). ALE resets a game on the step after it is over, so `GameScoreVector` says where
   (`info[RESETS]`): the step after a lost life is a real transition, not a reset.
 - Rewards reach the learner clipped, but `GameScoreVector` first adds the unclipped ones up, so a
   finished game reports its score (`atari.GAME_RETURN`, `GAME_LENGTH`) as the single-env preset does.
@@ -56,9 +57,9 @@ class GameScoreVector(gym.vector.VectorWrapper):
     """Adds up each game's unclipped score and length, clips the rewards the learner sees to [-1, 1], and puts
     `game_return`/`game_length` (with Gymnasium's `_key` masks) in info on the step a game ends.
 
-    A game ends when it is truncated, or terminated with no lives left (a termination with lives left
-    is a lost life). The env autoresets on the next step: that step starts the new game and scores nothing;
-    `info[RESETS]` says which envs do, for every env on every step.
+    A termination with fewer lives than the step before, but some left, is a lost life (ALE's own test); any
+    other termination, and a truncation, ends the game. The env autoresets on the next step: that step starts
+    the new game and scores nothing; `info[RESETS]` says which envs do, for every env on every step.
     """
 
     def __init__(self, env: gym.vector.VectorEnv):
@@ -66,12 +67,15 @@ class GameScoreVector(gym.vector.VectorWrapper):
         self.game_return = np.zeros(self.num_envs, dtype=np.float64)
         self.game_length = np.zeros(self.num_envs, dtype=np.int64)
         self.game_over = np.zeros(self.num_envs, dtype=bool)
+        self.lives = np.zeros(self.num_envs, dtype=np.int64)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.game_return[:] = 0.0
         self.game_length[:] = 0
         self.game_over[:] = False
-        return self.env.reset(**kwargs)
+        obs, info = self.env.reset(**kwargs)
+        self.lives[:] = info["lives"]
+        return obs, info
 
     def step(self, actions: Any) -> StepResult:
         return self._scored(self.env.step(actions))
@@ -91,13 +95,16 @@ class GameScoreVector(gym.vector.VectorWrapper):
     def _scored(self, result: StepResult) -> StepResult:
         obs, reward, terminated, truncated, info = result
         reward = np.asarray(reward, dtype=np.float64)
+        lives = np.asarray(info["lives"], dtype=np.int64)
         starting = self.game_over
         self.game_return[starting] = 0.0
         self.game_length[starting] = 0
         playing = ~starting
         self.game_return += np.where(playing, reward, 0.0)
         self.game_length += playing
-        self.game_over = playing & (truncated | (terminated & (np.asarray(info["lives"]) == 0)))
+        lost_life = playing & terminated & (lives > 0) & (lives < self.lives)
+        self.game_over = playing & (truncated | (terminated & ~lost_life))
+        self.lives = lives
         info = {**info, GAME_RETURN: np.where(self.game_over, self.game_return, 0.0), f"_{GAME_RETURN}": self.game_over,
                 GAME_LENGTH: np.where(self.game_over, self.game_length, 0), f"_{GAME_LENGTH}": self.game_over,
                 RESETS: self.game_over, f"_{RESETS}": np.ones(self.num_envs, dtype=bool)}
