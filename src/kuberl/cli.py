@@ -37,6 +37,7 @@ examples:
   kuberl submit -f experiment.yaml -n research --wait      # on the cluster of your kubeconfig
   kuberl status cartpole-ppo; kuberl logs cartpole-ppo --follow
   kuberl sweep -f examples/sweeps/cartpole-lr.yaml
+  kuberl submit -f sweep.yaml --wait; kuberl status sweep/cartpole-lr   # a sweep on the cluster
   kuberl evaluate kuberl-runs/cartpole-ppo --episodes 20
   kuberl traces kuberl-runs/cartpole-ppo --png curve.png
   kuberl tensorboard kuberl-runs/cartpole-ppo
@@ -160,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kuberl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def manifest_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-f", "--file", required=True, metavar="FILE", help="RLExperiment manifest (- for stdin)")
+    def manifest_args(p: argparse.ArgumentParser, kinds: str = "RLExperiment") -> None:
+        p.add_argument("-f", "--file", required=True, metavar="FILE", help=f"{kinds} manifest (- for stdin)")
         p.add_argument(
             "--set", action="append", default=[], metavar="KEY=VALUE",
             help="override a spec field, e.g. rollouts.workers=2 or config.lr=0.0005 (repeatable)",
@@ -177,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"serve /status and /metrics on this port (default {DEFAULT_STATUS_PORT} in a cluster, off locally)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("validate", help="check a manifest without training")
-    manifest_args(p)
+    p = sub.add_parser("validate", help="check an RLExperiment or RLSweep manifest without training")
+    manifest_args(p, "RLExperiment or RLSweep")
     p.add_argument("--cluster", action="store_true", help="also apply the checks a cluster run needs")
     p.add_argument("--skip-env-checks", action="store_true", help="do not construct the env (as the operator)")
     p.set_defaults(func=cmd_validate)

@@ -1,4 +1,5 @@
-"""`kuberl submit | list | status | logs | delete | dashboard` and kuberl.client against the API emulator
+"""`kuberl submit | list | status | logs | delete | dashboard` and kuberl.client, for RLExperiments and RLSweeps,
+against the API emulator
 (a real HTTP API server on loopback; no operator here: tests that need one are in e2e/test_cluster_cli.py)
 and moto's S3 for the output a run leaves in its storage."""
 
@@ -9,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +83,8 @@ def _post_event(api: k8s.ApiClient, namespace: str, name: str, reason: str, mess
         "firstTimestamp": stamp, "lastTimestamp": stamp})
 
 
-def _set_status(api: k8s.ApiClient, namespace: str, name: str, status: dict) -> None:
-    k8s.CustomObjectsApi(api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+def _set_status(api: k8s.ApiClient, namespace: str, name: str, status: dict, plural: str = PLURAL) -> None:
+    k8s.CustomObjectsApi(api).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
                                                                     {"status": status})
 
 
@@ -104,9 +106,11 @@ def test_the_cli_submits_lists_shows_and_deletes(emulator: Path, api: k8s.ApiCli
 
     listed = kuberl(emulator, "list")
     assert listed.returncode == 0, listed.stderr
-    header, row = listed.stdout.splitlines()
+    header, row = listed.stdout.splitlines()  # no sweeps: no table of them
     assert header.split()[:4] == ["NAME", "PHASE", "ALGORITHM", "ENV"]
-    assert row.split()[:8] == ["cartpole-ppo", "Running", "ppo", "CartPole-v1", "7", "3584", "41.5"] + row.split()[7:8]
+    assert row.split()[:7] == ["rlexperiment.kuberl.io/cartpole-ppo", "Running", "ppo", "CartPole-v1", "7", "3584",
+                               "41.5"]
+    assert kuberl(emulator, "list", "rlx").stdout.splitlines()[1].split()[0] == "cartpole-ppo"  # as kubectl get rlx
 
     status = kuberl(emulator, "status", "cartpole-ppo")
     assert status.returncode == 0, status.stderr
@@ -124,9 +128,10 @@ def test_the_cli_submits_lists_shows_and_deletes(emulator: Path, api: k8s.ApiCli
 
     gone = kuberl(emulator, "status", "cartpole-ppo", "-n", "default")
     assert gone.returncode == 2
-    assert gone.stderr.strip() == "error: rlexperiment 'cartpole-ppo' not found in namespace 'default'"
+    assert gone.stderr.strip() == "error: rlexperiment or rlsweep 'cartpole-ppo' not found in namespace 'default'"
     assert kuberl(emulator, "delete", "cartpole-ppo").returncode == 2
-    assert "No rlexperiments found in namespace default" in kuberl(emulator, "list").stderr
+    assert "No rlexperiments or rlsweeps found in namespace default" in kuberl(emulator, "list").stderr
+    assert "No rlsweeps found in namespace default" in kuberl(emulator, "list", "sweeps").stderr
 
 
 def test_namespaces_follow_the_flag_and_list_all_namespaces(emulator: Path, api: k8s.ApiClient) -> None:
@@ -134,10 +139,10 @@ def test_namespaces_follow_the_flag_and_list_all_namespaces(emulator: Path, api:
     assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs", "-n", "team-a").returncode == 0
     assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs",
                   "--set", "metadata.name=other").returncode == 0
-    assert [line.split()[0] for line in kuberl(emulator, "list").stdout.splitlines()[1:]] == ["other"]
-    assert [line.split()[0] for line in kuberl(emulator, "list", "-n", "team-a").stdout.splitlines()[1:]] == \
+    assert [line.split()[0] for line in kuberl(emulator, "list", "experiments").stdout.splitlines()[1:]] == ["other"]
+    assert [line.split()[0] for line in kuberl(emulator, "list", "rlx", "-n", "team-a").stdout.splitlines()[1:]] == \
         ["cartpole-ppo"]
-    everywhere = kuberl(emulator, "list", "-A").stdout.splitlines()
+    everywhere = kuberl(emulator, "list", "experiments", "-A").stdout.splitlines()
     assert [line.split()[:2] for line in everywhere[1:]] == [["default", "other"], ["team-a", "cartpole-ppo"]]
     manifest = yaml.safe_load(EXAMPLE.read_text())
     manifest["metadata"]["namespace"] = "team-a"
@@ -264,5 +269,166 @@ def test_submit_creates_an_rlsweep_validated_as_a_sweep(emulator: Path, api: k8s
     again = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs")
     assert again.returncode == 2
     assert again.stderr.strip() == "error: rlsweep 'cartpole-lr' already exists in namespace 'default'"
-    waiting = kuberl(emulator, "submit", "-f", sweep_file, "--set", "template.storage.uri=s3://bucket/runs", "--wait")
-    assert waiting.returncode == 2 and "--wait" in waiting.stderr
+
+
+SWEEP_FILE = str(ROOT / "examples" / "sweeps" / "cartpole-lr.yaml")
+BEST = {"number": 1, "name": "cartpole-lr-t001", "params": {"config.lr": 0.0005, "config.entropyCoeff": 0.01},
+        "value": 487.5}
+TRIALS = [
+    {"number": 0, "name": "cartpole-lr-t000", "state": "Pruned", "value": 120.0,
+     "params": {"config.lr": 0.003, "config.entropyCoeff": 0.0}, "message": "stopped at 20000 steps"},
+    {"number": 1, "name": "cartpole-lr-t001", "state": "Succeeded", "value": 487.5, "params": BEST["params"]},
+    {"number": 2, "name": "cartpole-lr-t002", "state": "Running", "params": {"config.lr": 0.0001, "config.entropyCoeff": 0.0}},
+]
+
+
+def _trial_run(api: k8s.ApiClient, sweep: str, number: int, storage: str, endpoint: str | None = None) -> None:
+    """A trial's RLExperiment as the operator creates it: labelled with the sweep's name and the trial's number."""
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"] = {"name": f"{sweep}-t{number:03d}", "labels": {
+        "app.kubernetes.io/name": "kuberl", "kuberl.io/sweep": sweep, "kuberl.io/trial": str(number)}}
+    manifest["spec"]["storage"] = {"uri": storage, **({"endpoint": endpoint} if endpoint else {})}
+    k8s.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, manifest)
+
+
+def test_sweeps_are_listed_shown_and_deleted_beside_experiments(emulator: Path, api: k8s.ApiClient) -> None:
+    storage = "template.storage.uri=s3://bucket/runs"
+    assert kuberl(emulator, "submit", "-f", SWEEP_FILE, "--set", storage).returncode == 0
+    assert kuberl(emulator, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs").returncode == 0
+    _set_status(api, "default", "cartpole-lr", {"phase": "Running", "trialsSucceeded": 1, "trialsRunning": 1,
+                                                "trialsPruned": 1, "trialsFailed": 0, "best": BEST, "trials": TRIALS},
+                "rlsweeps")
+
+    both = kuberl(emulator, "list")  # as kubectl get rlx,rls: a table per kind, names qualified by their kind
+    assert both.returncode == 0, both.stderr
+    experiments, sweeps = both.stdout.split("\n\n")
+    assert experiments.splitlines()[1].split()[:3] == ["rlexperiment.kuberl.io/cartpole-ppo", "ppo", "CartPole-v1"]
+    assert sweeps.splitlines()[0].split()[:3] == ["NAME", "PHASE", "SEARCH"]
+    assert sweeps.splitlines()[1].split() == ["rlsweep.kuberl.io/cartpole-lr", "Running", "tpe", "1", "1", "1", "0",
+                                              "487.5"] + sweeps.splitlines()[1].split()[8:]
+    only = kuberl(emulator, "list", "sweeps", "-o", "wide").stdout.splitlines()
+    assert len(only) == 2 and only[1].split()[0] == "cartpole-lr" and only[1].split()[-2:] == [
+        "episodeReturnMean", "cartpole-lr-t001"]
+    as_json = yaml.safe_load(kuberl(emulator, "list", "-o", "json").stdout)
+    assert sorted((i["kind"], i["metadata"]["name"]) for i in as_json["items"]) == [
+        ("RLExperiment", "cartpole-ppo"), ("RLSweep", "cartpole-lr")]
+
+    status = kuberl(emulator, "status", "cartpole-lr")
+    assert status.returncode == 0, status.stderr
+    assert "Trials:      1 succeeded, 1 running, 1 pruned, 0 failed of 12" in status.stdout
+    assert "Best:        cartpole-lr-t001 (trial 1): episodeReturnMean 487.5 with config.lr=0.0005" in status.stdout
+    rows = status.stdout.split("All trials:\n")[1].splitlines()
+    assert rows[1].split()[:4] == ["0", "cartpole-lr-t000", "Pruned", "120"] and "stopped at 20000" in rows[1]
+    assert rows[2].split()[:4] == ["1*", "cartpole-lr-t001", "Succeeded", "487.5"]
+    document = yaml.safe_load(kuberl(emulator, "status", "rls/cartpole-lr", "-o", "yaml").stdout)
+    assert document["kind"] == "RLSweep" and [t["state"] for t in document["status"]["trials"]] == [
+        "Pruned", "Succeeded", "Running"]
+
+    # A sweep's output is its trials': asked for without a trial, it says how.
+    no_trial = kuberl(emulator, "logs", "cartpole-lr")
+    assert no_trial.returncode == 2 and "Traceback" not in no_trial.stderr
+    assert "trials 0-2, the best so far 1" in no_trial.stderr and "--trial N" in no_trial.stderr
+    not_run = kuberl(emulator, "logs", "sweep/cartpole-lr", "--trial", "7")
+    assert not_run.returncode == 2 and "no run of trial 7" in not_run.stderr
+    wrong = kuberl(emulator, "logs", "cartpole-ppo", "--trial", "1")
+    assert wrong.returncode == 2 and "--trial" in wrong.stderr
+
+    # The same name on both kinds: a bare name is refused, a kind-qualified one is not.
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"]["name"] = "cartpole-lr"
+    assert kuberl(emulator, "submit", "-f", "-", "--set", "storage.uri=s3://bucket/runs",
+                  stdin=yaml.safe_dump(manifest)).returncode == 0
+    ambiguous = kuberl(emulator, "status", "cartpole-lr")
+    assert ambiguous.returncode == 2 and "Traceback" not in ambiguous.stderr
+    assert "sweep/cartpole-lr" in ambiguous.stderr and "experiment/cartpole-lr" in ambiguous.stderr
+    assert kuberl(emulator, "delete", "cartpole-lr").returncode == 2  # nothing deleted on a guess
+    assert "Algorithm:   ppo on CartPole-v1" in kuberl(emulator, "status", "experiment/cartpole-lr").stdout
+    assert "Kind:        RLSweep" in kuberl(emulator, "status", "sweep/cartpole-lr").stdout
+
+    deleted = kuberl(emulator, "delete", "sweep/cartpole-lr", "--wait")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.splitlines() == [
+        "rlsweep.kuberl.io/cartpole-lr deleted from namespace default",
+        "its trials go with it; their storage stays under s3://bucket/runs (kuberl logs TRIAL --storage "
+        "s3://bucket/runs)"]
+    assert [line.split()[0] for line in kuberl(emulator, "list").stdout.splitlines()[1:]] == [
+        "rlexperiment.kuberl.io/cartpole-lr", "rlexperiment.kuberl.io/cartpole-ppo"]
+    assert "Algorithm:   ppo" in kuberl(emulator, "status", "cartpole-lr").stdout  # no longer ambiguous
+
+
+def _sweep_ends(api: k8s.ApiClient, name: str, status: dict) -> threading.Thread:
+    """In the background, as an operator would: once the sweep exists, it runs, then ends with `status`."""
+    custom = k8s.CustomObjectsApi(api)
+
+    def run() -> None:
+        for _ in range(600):
+            if any(o["metadata"]["name"] == name for o in
+                   custom.list_namespaced_custom_object(GROUP, VERSION, "default", "rlsweeps")["items"]):
+                break
+            threading.Event().wait(0.05)
+        _set_status(api, "default", name, {"phase": "Running", "trialsRunning": 2}, "rlsweeps")
+        threading.Event().wait(2.5)  # at least one poll of the waiting command sees it run
+        _set_status(api, "default", name, status, "rlsweeps")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_submit_wait_follows_a_sweep_to_its_end(emulator: Path, api: k8s.ApiClient) -> None:
+    ended = _sweep_ends(api, "cartpole-lr", {"phase": "Succeeded", "trialsSucceeded": 2, "best": BEST,
+                                             "message": "maxTrials reached: 2 trials"})
+    followed = kuberl(emulator, "submit", "-f", SWEEP_FILE, "--set", "template.storage.uri=s3://bucket/runs",
+                      "--set", "maxTrials=2", "--wait", "--timeout", "120")
+    ended.join(30)
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    assert lines[0] == "rlsweep.kuberl.io/cartpole-lr created in namespace default"
+    assert "cartpole-lr: Running, trials 0 succeeded, 2 running, 0 pruned, 0 failed" in lines
+    assert lines[-2:] == [
+        "cartpole-lr: best trial cartpole-lr-t001 (trial 1): episodeReturnMean 487.5 with config.lr=0.0005, "
+        "config.entropyCoeff=0.01",
+        "cartpole-lr: maxTrials reached: 2 trials"]
+
+    failing = _sweep_ends(api, "failing", {"phase": "Failed", "trialsFailed": 3,
+                                           "message": "3 trials failed, more than maxFailedTrials (2)"})
+    failed = kuberl(emulator, "submit", "-f", SWEEP_FILE, "--set", "template.storage.uri=s3://bucket/runs",
+                    "--set", "metadata.name=failing", "--wait", "--timeout", "120")
+    failing.join(30)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stdout.splitlines()[-2:] == ["failing: best trial none yet",
+                                               "failing: 3 trials failed, more than maxFailedTrials (2)"]
+
+
+def test_the_python_client_has_the_sweep_verbs(emulator: Path, api: k8s.ApiClient, s3: S3Server,
+                                               s3_bucket: str) -> None:
+    client = Client(str(emulator))
+    created = client.submit(SWEEP_FILE, overrides=["template.storage.uri=s3://bucket/runs"])
+    assert created["kind"] == "RLSweep"
+    assert [o["metadata"]["name"] for o in client.list_sweeps()] == ["cartpole-lr"] and client.list() == []
+    assert client.get_sweep("cartpole-lr")["spec"]["maxTrials"] == 12
+    with pytest.raises(WaitTimeout, match="rlsweep 'cartpole-lr' in namespace 'default' is still Pending after 0.5 s"):
+        client.wait_sweep("cartpole-lr", timeout=0.5, interval=0.1)
+    _set_status(api, "default", "cartpole-lr", {"phase": "Succeeded", "trialsSucceeded": 2, "best": BEST,
+                                                "trials": TRIALS[:2]}, "rlsweeps")
+    assert client.wait_sweep("cartpole-lr", timeout=30)["status"]["best"]["name"] == "cartpole-lr-t001"
+    assert client.sweep_status("cartpole-lr")["status"]["trialsSucceeded"] == 2
+
+    # A trial's output: its run's, read from storage here (no operator, so no pods).
+    storage = f"s3://{s3_bucket}/runs"
+    for number in (0, 1):
+        _trial_run(api, "cartpole-lr", number, storage, s3.endpoint)
+        chunks = LogChunks(chunk_bytes=256, keep=10, flush_seconds=60)
+        chunks.attach(open_store(f"{storage}/default/cartpole-lr-t{number:03d}", endpoint=s3.endpoint), 1)
+        chunks.write(f"trial {number} trains\n".encode())
+        assert chunks.close(30)
+    assert [o["metadata"]["name"] for o in client.sweep_trials("cartpole-lr")] == ["cartpole-lr-t000",
+                                                                                  "cartpole-lr-t001"]
+    assert [o["metadata"]["name"] for o in client.sweep_trials("cartpole-lr", trial=1)] == ["cartpole-lr-t001"]
+    logs = kuberl(emulator, "logs", "sweep/cartpole-lr", "--trial", "1", env=s3.env())
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout == "trial 1 trains\n" and "trial 1 of rlsweep 'cartpole-lr': run cartpole-lr-t001" in logs.stderr
+
+    client.delete_sweep("cartpole-lr", wait=30)
+    with pytest.raises(NotFound, match="rlsweep 'cartpole-lr' not found in namespace 'default'"):
+        client.get_sweep("cartpole-lr")

@@ -16,7 +16,19 @@ from kuberl.api.validation import ManifestError
 from kuberl.client.connection import connect, context_namespace, kubeconfig_paths
 from kuberl.client.dashboard import port_forward
 from kuberl.client.errors import ConfigError, from_api_error
-from kuberl.client.formatting import age, describe, experiments_table, recent_events, status_document
+from kuberl.client.formatting import (
+    age,
+    describe,
+    describe_sweep,
+    experiments_table,
+    recent_events,
+    resource_table,
+    status_document,
+    sweep_progress_line,
+    sweep_status_document,
+    sweeps_table,
+)
+from kuberl.client.kinds import EXPERIMENT, SWEEP, kind_named, parse_reference
 from kuberl.client.logs import is_run_location, pod_started, tail_lines
 from kuberl.client.manifests import prepare
 from kuberl.client.runs import run_uri
@@ -194,6 +206,67 @@ def test_status_shows_phase_progress_checkpoint_conditions_and_events() -> None:
 def test_status_of_a_new_experiment_says_so() -> None:
     text = describe(_experiment("x"), [], NOW)
     assert "Phase:       Pending" in text and "Progress:    none yet" in text and "Events:      none" in text
+
+
+# -- sweeps -----------------------------------------------------------------------------------------------
+
+def _sweep(name: str, **status: object) -> dict:
+    return {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep",
+            "metadata": {"name": name, "namespace": "research", "creationTimestamp": "2026-11-26T11:48:00Z"},
+            "spec": {"template": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}},
+                     "parameters": [{"path": "config.lr", "type": "float"}, {"path": "config.gamma", "type": "float"}],
+                     "objective": {"metric": "episodeReturnMean"}, "search": {"algorithm": "random"}, "maxTrials": 3},
+            "status": status}
+
+
+SWEEP_STATUS = {
+    "phase": "Running", "trialsSucceeded": 1, "trialsRunning": 1, "trialsFailed": 1,
+    "best": {"number": 0, "name": "lr-t000", "params": {"config.lr": 0.0003, "config.gamma": 0.99}, "value": 312.5},
+    "trials": [
+        {"number": 0, "name": "lr-t000", "state": "Succeeded", "value": 312.5,
+         "params": {"config.lr": 0.0003, "config.gamma": 0.99}},
+        {"number": 1, "name": "lr-t001", "state": "Failed", "params": {"config.lr": 0.05, "config.gamma": 0.9},
+         "message": "the trainer exited 1"},
+        {"number": 2, "name": "lr-t002", "state": "Running", "params": {"config.lr": 0.001, "config.gamma": 0.95}},
+    ]}
+
+
+def test_kinds_are_named_as_kubectl_names_them() -> None:
+    assert [kind_named(w) for w in ("rls", "RLSweep", "sweeps", "rlsweeps.kuberl.io", "rlx", "experiment")] == \
+        [SWEEP, SWEEP, SWEEP, SWEEP, EXPERIMENT, EXPERIMENT]
+    assert kind_named("pods") is None
+    assert parse_reference("sweep/lr") == (SWEEP, "lr")
+    assert parse_reference("rlexperiment.kuberl.io/cartpole") == (EXPERIMENT, "cartpole")
+    assert parse_reference("lr") == (None, "lr")
+    assert parse_reference("runs/lr") == (None, "runs/lr")  # a directory, not a kind
+    assert parse_reference("sweep/a/b") == (None, "sweep/a/b")
+
+
+def test_the_sweep_list_has_the_rlsweep_printer_columns_and_names_can_carry_their_kind() -> None:
+    lines = sweeps_table([_sweep("lr", **SWEEP_STATUS)], NOW).splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "SEARCH", "DONE", "RUNNING", "PRUNED", "FAILED", "BEST", "AGE"]
+    assert lines[1].split() == ["lr", "Running", "random", "1", "1", "1", "312.5", "12m"]
+    qualified = resource_table([_sweep("lr")], NOW, kind="RLSweep", prefix="rlsweep.kuberl.io/").splitlines()
+    assert qualified[1].split()[0] == "rlsweep.kuberl.io/lr"
+
+
+def test_sweep_status_shows_the_trials_and_the_best_trial() -> None:
+    text = describe_sweep(_sweep("lr", **SWEEP_STATUS), [], NOW)
+    assert "Kind:        RLSweep (random search over ppo on CartPole-v1)" in text
+    assert "Trials:      1 succeeded, 1 running, 0 pruned, 1 failed of 3" in text
+    assert "Best:        lr-t000 (trial 0): episodeReturnMean 312.5 with config.lr=0.0003, config.gamma=0.99" in text
+    rows = text.split("All trials:\n")[1].split("Conditions:")[0].splitlines()
+    assert rows[0].split() == ["TRIAL", "NAME", "STATE", "VALUE", "config.lr", "config.gamma", "MESSAGE"]
+    assert rows[1].split() == ["0*", "lr-t000", "Succeeded", "312.5", "0.0003", "0.99"]  # * the best
+    assert rows[2].split() == ["1", "lr-t001", "Failed", "0.05", "0.9", "the", "trainer", "exited", "1"]
+    assert rows[3].split() == ["2", "lr-t002", "Running", "0.001", "0.95"]
+    document = sweep_status_document(_sweep("lr", **SWEEP_STATUS), [])
+    assert document["kind"] == "RLSweep" and document["status"]["best"]["name"] == "lr-t000"
+    assert document["parameters"] == ["config.lr", "config.gamma"] and document["search"] == "random"
+    fresh = describe_sweep(_sweep("new"), [], NOW)
+    assert "Phase:       Pending" in fresh and "Best:        none yet" in fresh and "All trials:  none yet" in fresh
+    assert sweep_progress_line("lr", SWEEP_STATUS, "episodeReturnMean") == \
+        "lr: Running, trials 1 succeeded, 1 running, 0 pruned, 1 failed, best 312.5 (lr-t000)"
 
 
 # -- logs and dashboard ---------------------------------------------------------------------------------

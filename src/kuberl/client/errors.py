@@ -30,6 +30,18 @@ class AlreadyExists(ClientError):
     exit_code = EXIT_INVALID_SPEC
 
 
+class UsageError(ClientError):
+    """A command asked in a way that cannot work (a sweep's output without naming a trial)."""
+
+    exit_code = EXIT_INVALID_SPEC
+
+
+class Ambiguous(ClientError):
+    """A bare name that both an RLExperiment and an RLSweep carry."""
+
+    exit_code = EXIT_INVALID_SPEC
+
+
 class Forbidden(ClientError):
     pass
 

@@ -1,10 +1,17 @@
-"""`Client`: RLExperiments through the Kubernetes API, for notebooks and for `kuberl`'s cluster commands.
+"""`Client`: RLExperiments and RLSweeps through the Kubernetes API, for notebooks and for `kuberl`'s
+cluster commands.
 
     from kuberl.client import Client
     client = Client()                      # the current kubeconfig context and its namespace
     client.submit("examples/cartpole-ppo.yaml", overrides=["storage.uri=s3://bucket/runs"])
     client.wait("cartpole-ppo", timeout=3600)
     client.results("cartpole-ppo")[-1]["episodeReturnMean"]
+
+    client.submit("examples/sweeps/cartpole-lr.yaml", overrides=["template.storage.uri=s3://bucket/runs"])
+    client.wait_sweep("cartpole-lr")["status"]["best"]      # {number, name, params, value}
+
+The experiment verbs (get, list, delete, events, status, wait) have sweep twins (get_sweep, list_sweeps,
+delete_sweep, sweep_events, sweep_status, wait_sweep), and sweep_trials lists a sweep's trial runs.
 
 Every failure is a ClientError (kuberl.client.errors) naming the experiment and the namespace; a bad
 manifest is a ManifestError naming the field.
@@ -18,14 +25,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kuberl.api.contract import HEAD_ROLE
-from kuberl.api.sweep_types import KIND as SWEEP_KIND
-from kuberl.api.sweep_types import PLURAL as SWEEP_PLURAL
-from kuberl.api.types import GROUP, KIND, PLURAL, TERMINAL_PHASES, VERSION, Phase
+from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE
+from kuberl.api.types import API_VERSION, GROUP, TERMINAL_PHASES, VERSION, Phase
 from kuberl.client import runs
 from kuberl.client.connection import Connection, connect
-from kuberl.client.errors import ClientError, NotFound, WaitTimeout, from_api_error
-from kuberl.client.formatting import recent_events, status_document
+from kuberl.client.errors import Ambiguous, ClientError, NotFound, WaitTimeout, from_api_error
+from kuberl.client.formatting import recent_events, status_document, sweep_status_document
+from kuberl.client.kinds import EXPERIMENT, SWEEP, Kind, parse_reference
 from kuberl.client.manifests import ManifestSource, prepare
 from kuberl.operator import names
 
@@ -35,6 +41,9 @@ if TYPE_CHECKING:
 
 REQUEST_TIMEOUT = (10.0, 60.0)  # connect, read: an unreachable server fails in seconds, not minutes
 HEAD_CONTAINER = HEAD_ROLE  # the head pod's one container (operator/builders/pod.py)
+SWEEP_LABEL = "kuberl.io/sweep"  # on a sweep's trial runs (operator/builders/trial.py), with TRIAL_LABEL
+TRIAL_LABEL = "kuberl.io/trial"
+Waited = Callable[[dict[str, Any]], None]
 
 
 class Client:
@@ -58,40 +67,24 @@ class Client:
         doc, resource = prepare(source, overrides, namespace=namespace or self.namespace,
                                 namespace_given=namespace is not None or self.connection.namespace_given)
         ns = doc["metadata"]["namespace"]
-        plural = SWEEP_PLURAL if resource.kind == SWEEP_KIND else PLURAL
-        return self._call(f"{resource.kind.lower()} {resource.name!r}", ns,
-                          self.custom.create_namespaced_custom_object, GROUP, VERSION, ns, plural, doc)
+        kind = SWEEP if resource.kind == SWEEP.kind else EXPERIMENT
+        return self._call(kind.what(resource.name), ns, self.custom.create_namespaced_custom_object,
+                          GROUP, VERSION, ns, kind.plural, doc)
 
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any]:
-        ns = namespace or self.namespace
-        return self._call(_what(name), ns, self.custom.get_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name)
+        return self._get(EXPERIMENT, name, namespace)
 
     def list(self, *, all_namespaces: bool = False, namespace: str | None = None) -> list[dict[str, Any]]:
-        if all_namespaces:
-            found = self._call("rlexperiments", None, self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-        else:
-            ns = namespace or self.namespace
-            found = self._call("rlexperiments", ns, self.custom.list_namespaced_custom_object,
-                               GROUP, VERSION, ns, PLURAL)
-        return list(found.get("items") or [])
+        return self._list(EXPERIMENT, all_namespaces, namespace)
 
     def delete(self, name: str, namespace: str | None = None, *, wait: float | None = None) -> None:
         """Delete the experiment (its pods and other children go with it; its storage stays). With `wait`,
         return only once it is gone (WaitTimeout after that many seconds)."""
-        ns = namespace or self.namespace
-        self._call(_what(name), ns, self.custom.delete_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, name,
-                   body={"propagationPolicy": "Background"})
-        if wait is not None:
-            self._until(lambda: not self._exists(name, ns), wait, f"{_what(name)} in namespace {ns!r} to be deleted")
+        self._delete(EXPERIMENT, name, namespace, wait)
 
     def events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """The experiment's Events, oldest first (each as the API server stores it)."""
-        ns = namespace or self.namespace
-        selector = f"involvedObject.name={name},involvedObject.kind={KIND}"
-        response = self._call(f"the events of {_what(name)}", ns, self.core.list_namespaced_event, ns,
-                              field_selector=selector, _preload_content=False)
-        items = json.loads(response.data).get("items") or []
-        return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+        return self._events(EXPERIMENT, name, namespace)
 
     def status(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         """Name, algorithm, env, the stored status (phase, conditions, progress, last checkpoint, attempt)
@@ -102,26 +95,69 @@ class Client:
         return recent_events(self.events(name, namespace))
 
     def wait(self, name: str, *, timeout: float | None = None, phases: frozenset[str] | set[str] = TERMINAL_PHASES,
-             namespace: str | None = None, interval: float = 1.0,
-             on_change: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             namespace: str | None = None, interval: float = 1.0, on_change: Waited | None = None) -> dict[str, Any]:
         """Poll until the phase is one of `phases` (Succeeded or Failed by default); the experiment.
         `on_change` sees the status each time phase or progress changes. WaitTimeout after `timeout`."""
+        return self._wait(EXPERIMENT, name, ("phase", "attempt", "iteration"), timeout=timeout, phases=phases,
+                          namespace=namespace, interval=interval, on_change=on_change)
+
+    # -- sweeps ---------------------------------------------------------------------------------------
+    def get_sweep(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self._get(SWEEP, name, namespace)
+
+    def list_sweeps(self, *, all_namespaces: bool = False, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._list(SWEEP, all_namespaces, namespace)
+
+    def delete_sweep(self, name: str, namespace: str | None = None, *, wait: float | None = None) -> None:
+        """Delete the sweep; its trials' RLExperiments (and their pods) go with it, their storage stays."""
+        self._delete(SWEEP, name, namespace, wait)
+
+    def sweep_events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self._events(SWEEP, name, namespace)
+
+    def sweep_status(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """Name, search, objective, the stored status (phase, trial counts, best trial, every trial) and the
+        recent events, as `kuberl status sweep/NAME -o json` prints them."""
+        return sweep_status_document(self.get_sweep(name, namespace), self.sweep_events(name, namespace))
+
+    def wait_sweep(self, name: str, *, timeout: float | None = None,
+                   phases: frozenset[str] | set[str] = TERMINAL_PHASES, namespace: str | None = None,
+                   interval: float = 2.0, on_change: Waited | None = None) -> dict[str, Any]:
+        """Poll until the sweep's phase is one of `phases` (Succeeded or Failed by default); the sweep.
+        `on_change` sees the status each time the phase, a trial count or the best value changes."""
+        return self._wait(SWEEP, name, ("phase", "trialsSucceeded", "trialsRunning", "trialsPruned", "trialsFailed",
+                                        "best"), timeout=timeout, phases=phases, namespace=namespace,
+                          interval=interval, on_change=on_change)
+
+    def sweep_trials(self, name: str, namespace: str | None = None, *, trial: int | None = None) -> list[dict[str, Any]]:
+        """The RLExperiments the sweep runs as its trials (only trial `trial`'s with it), oldest first."""
         ns = namespace or self.namespace
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last: tuple[Any, ...] | None = None
-        while True:
-            obj = self.get(name, ns)
-            status = obj.get("status") or {}
-            seen = (status.get("phase"), status.get("attempt"), status.get("iteration"))
-            if on_change is not None and seen != last:
-                on_change(status)
-            last = seen
-            if status.get("phase") in phases:
-                return obj
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"{_what(name)} in namespace {ns!r} is still {status.get('phase') or Phase.PENDING.value} "
-                                  f"after {timeout:g} s")
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+        selector = f"{APP_LABEL}={APP_NAME},{SWEEP_LABEL}={names.experiment_label(name)}"
+        if trial is not None:
+            selector += f",{TRIAL_LABEL}={trial}"
+        found = self._call(f"the trials of {SWEEP.what(name)}", ns, self.custom.list_namespaced_custom_object,
+                           GROUP, VERSION, ns, EXPERIMENT.plural, label_selector=selector)
+        items = list(found.get("items") or [])
+        return sorted(items, key=lambda o: (o["metadata"].get("creationTimestamp") or "", o["metadata"]["name"]))
+
+    def kinds_named(self, name: str, namespace: str | None = None) -> list[Kind]:
+        """Which of RLExperiment and RLSweep have an object called `name` in the namespace."""
+        return [kind for kind in (EXPERIMENT, SWEEP) if self._exists(kind, name, namespace or self.namespace)]
+
+    def resolve(self, target: str, namespace: str | None = None) -> tuple[Kind, str]:
+        """The kind and name of `sweep/NAME`, `rlexperiment/NAME` (...), or of a bare NAME: the one kind that
+        has it (NotFound when neither does, Ambiguous when both do)."""
+        kind, name = parse_reference(target)
+        if kind is not None:
+            return kind, name
+        ns = namespace or self.namespace
+        found = self.kinds_named(name, ns)
+        if not found:
+            raise NotFound(f"rlexperiment or rlsweep {name!r} not found in namespace {ns!r}")
+        if len(found) > 1:
+            raise Ambiguous(f"both an rlexperiment and an rlsweep are named {name!r} in namespace {ns!r}: say which, "
+                            f"as experiment/{name} or sweep/{name}")
+        return found[0], name
 
     # -- pods -----------------------------------------------------------------------------------------
     def head_pod(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
@@ -176,9 +212,61 @@ class Client:
         return runs.stored_log(self.open_run(name, endpoint=endpoint, namespace=namespace), attempt)
 
     # -- helpers --------------------------------------------------------------------------------------
-    def _exists(self, name: str, namespace: str) -> bool:
+    def _get(self, kind: Kind, name: str, namespace: str | None) -> dict[str, Any]:
+        ns = namespace or self.namespace
+        return self._call(kind.what(name), ns, self.custom.get_namespaced_custom_object, GROUP, VERSION, ns,
+                          kind.plural, name)
+
+    def _list(self, kind: Kind, all_namespaces: bool, namespace: str | None) -> list[dict[str, Any]]:
+        if all_namespaces:
+            found = self._call(kind.plural, None, self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural)
+        else:
+            ns = namespace or self.namespace
+            found = self._call(kind.plural, ns, self.custom.list_namespaced_custom_object, GROUP, VERSION, ns,
+                               kind.plural)
+        # A List's items may leave out apiVersion and kind; printed as a mixed List they must say which.
+        return [{"apiVersion": API_VERSION, "kind": kind.kind, **item} for item in found.get("items") or []]
+
+    def _delete(self, kind: Kind, name: str, namespace: str | None, wait: float | None) -> None:
+        ns = namespace or self.namespace
+        self._call(kind.what(name), ns, self.custom.delete_namespaced_custom_object, GROUP, VERSION, ns, kind.plural,
+                   name, body={"propagationPolicy": "Background"})
+        if wait is not None:
+            self._until(lambda: not self._exists(kind, name, ns), wait,
+                        f"{kind.what(name)} in namespace {ns!r} to be deleted")
+
+    def _events(self, kind: Kind, name: str, namespace: str | None) -> list[dict[str, Any]]:
+        ns = namespace or self.namespace
+        selector = f"involvedObject.name={name},involvedObject.kind={kind.kind}"
+        response = self._call(f"the events of {kind.what(name)}", ns, self.core.list_namespaced_event, ns,
+                              field_selector=selector, _preload_content=False)
+        items = json.loads(response.data).get("items") or []
+        return [e for e in items if (e.get("involvedObject") or {}).get("name") == name
+                and (e.get("involvedObject") or {}).get("kind") in (None, kind.kind)]
+
+    def _wait(self, kind: Kind, name: str, watched: tuple[str, ...], *, timeout: float | None,
+              phases: frozenset[str] | set[str], namespace: str | None, interval: float,
+              on_change: Waited | None) -> dict[str, Any]:
+        ns = namespace or self.namespace
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: list[Any] | None = None
+        while True:
+            obj = self._get(kind, name, ns)
+            status = obj.get("status") or {}
+            seen = [status.get(key) for key in watched]
+            if on_change is not None and seen != last:
+                on_change(status)
+            last = seen
+            if status.get("phase") in phases:
+                return obj
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"{kind.what(name)} in namespace {ns!r} is still "
+                                  f"{status.get('phase') or Phase.PENDING.value} after {timeout:g} s")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+    def _exists(self, kind: Kind, name: str, namespace: str) -> bool:
         try:
-            self.get(name, namespace)
+            self._get(kind, name, namespace)
         except NotFound:
             return False
         return True
@@ -201,10 +289,6 @@ class Client:
             raise from_api_error(exc, what, namespace) from None
         except (HTTPError, OSError) as exc:
             raise from_api_error(exc, what, namespace) from None
-
-
-def _what(name: str) -> str:
-    return f"rlexperiment {name!r}"
 
 
 def _decoded(response: Any) -> Iterator[str]:

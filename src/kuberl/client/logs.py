@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kuberl.api.types import TERMINAL_PHASES
 from kuberl.client import runs
-from kuberl.client.errors import ClientError, NotFound
+from kuberl.client.errors import ClientError, NotFound, UsageError
 
 if TYPE_CHECKING:
     from kuberl.client.experiments import Client
@@ -155,6 +155,27 @@ def _from_storage(client: Client, obj: dict[str, Any], name: str, *, follow: boo
     where = store.url(LOGS_PREFIX)
     return LogSource("storage", where, f"{note}; following the trainer's output in {where}",
                      follow_stored(store, attempt=attempt, done=done))
+
+
+def sweep_logs(client: Client, name: str, trial: int | None, **options: Any) -> LogSource:
+    """The output of one trial of a sweep (`trial`: its number): its newest run's, as experiment_logs reads it
+    (a pbt member's current round; with seedsPerTrial the first seed's). A sweep has no output of its own."""
+    if trial is None:
+        status = client.get_sweep(name).get("status") or {}
+        numbers = [t.get("number") for t in status.get("trials") or []]
+        best = (status.get("best") or {}).get("number")
+        which = (f"trials {min(numbers)}-{max(numbers)}" if numbers else "no trials yet") + (
+            f", the best so far {best}" if best is not None else "")
+        raise UsageError(f"rlsweep {name!r} has no output of its own, its trials do ({which}): "
+                         f"kuberl logs sweep/{name} --trial N")
+    runs_of_trial = client.sweep_trials(name, trial=trial)
+    if not runs_of_trial:
+        raise NotFound(f"rlsweep {name!r} in namespace {client.namespace!r} has no run of trial {trial} "
+                       "(not proposed yet, or its runs were deleted)")
+    newest = max(runs_of_trial, key=lambda o: o["metadata"].get("creationTimestamp") or "")["metadata"]["name"]
+    logs = experiment_logs(client, newest, **options)
+    logs.note = f"trial {trial} of rlsweep {name!r}: run {newest}; {logs.note}"
+    return logs
 
 
 def run_logs(location: str, *, attempt: int | None = None, tail: int | None = None,

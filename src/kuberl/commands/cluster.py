@@ -1,6 +1,9 @@
-"""`kuberl submit | list | status | logs | delete | dashboard`: experiments on a cluster, through the
-Kubernetes API with the current kubeconfig context and namespace, as kubectl reaches them. A thin layer
+"""`kuberl submit | list | status | logs | delete | dashboard`: experiments and sweeps on a cluster, through
+the Kubernetes API with the current kubeconfig context and namespace, as kubectl reaches them. A thin layer
 over kuberl.client; exit codes as kuberl.cli says (2 for a mistake the user fixes, 1 for a failure).
+
+A bare NAME is whichever kind has it; `sweep/NAME` or `experiment/NAME` (or kubectl's `rls/NAME`,
+`rlexperiment.kuberl.io/NAME`, ...) says which, as `kuberl list` prints names when it lists both kinds.
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ from typing import Any
 
 from kuberl.api.contract import EXIT_FAILED
 from kuberl.api.types import Phase
+from kuberl.client.kinds import EXPERIMENT, KINDS, SWEEP, Kind, kind_named, kind_words
 
 _EXAMPLES = """\
 examples:
   kuberl submit -f examples/cartpole-ppo.yaml --set storage.uri=s3://bucket/runs --wait
-  kuberl list -A
+  kuberl submit -f examples/sweeps/cartpole-lr.yaml --set template.storage.uri=s3://bucket/runs --wait
+  kuberl list -A                                          # RLExperiments and RLSweeps
+  kuberl list sweeps
   kuberl status cartpole-ppo -o yaml
+  kuberl status sweep/cartpole-lr                         # its trials and the best one
+  kuberl logs sweep/cartpole-lr --trial 3
   kuberl logs cartpole-ppo --follow
   kuberl logs cartpole-ppo --storage s3://bucket/runs     # after the experiment was deleted
   kuberl logs s3://bucket/runs/research/cartpole-ppo --attempt 1
@@ -78,24 +86,37 @@ def _wait_and_report(client: Any, name: str, namespace: str, timeout: float | No
     obj = client.wait(name, timeout=timeout, namespace=namespace,
                       on_change=lambda s: print(_progress_line(name, s), flush=True))
     status = obj.get("status") or {}
-    if status.get("message"):
-        print(f"{name}: {status['message']}")
     if status.get("lastCheckpoint"):
         print(f"{name}: last checkpoint {status['lastCheckpoint']}")
+    return _outcome(name, status)
+
+
+def _wait_for_sweep(client: Any, name: str, namespace: str, metric: str, timeout: float | None) -> int:
+    from kuberl.client.formatting import best_text, sweep_progress_line
+
+    obj = client.wait_sweep(name, timeout=timeout, namespace=namespace,
+                            on_change=lambda s: print(sweep_progress_line(name, s, metric), flush=True))
+    status = obj.get("status") or {}
+    print(f"{name}: best trial {best_text(status.get('best'), metric)}")
+    return _outcome(name, status)
+
+
+def _outcome(name: str, status: dict[str, Any]) -> int:
+    """The run's (or the sweep's) last word and its exit code: 0 Succeeded, 1 otherwise."""
+    if status.get("message"):
+        print(f"{name}: {status['message']}")
     return 0 if status.get("phase") == Phase.SUCCEEDED else EXIT_FAILED
 
 
 @_handled
 def cmd_submit(args: argparse.Namespace) -> int:
-    from kuberl.api.validation import fail, parse_yaml
+    from kuberl.api.validation import parse_yaml
     from kuberl.client.manifests import prepare
 
     source: Any = parse_yaml(sys.stdin.read(), "stdin") if args.file == "-" else args.file
     # Validated before the cluster is asked anything: a mistake is named even with no cluster at hand.
     doc, resource = prepare(source, args.set, namespace=args.namespace or "default",
                             namespace_given=args.namespace is not None)
-    if args.wait and resource.kind == "RLSweep":
-        raise fail("--wait", "follows an RLExperiment; follow a sweep with `kubectl get rls NAME -w`")
     if args.dry_run:
         from kuberl.client.formatting import render
 
@@ -107,56 +128,101 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"{resource.kind.lower()}.kuberl.io/{meta['name']} created in namespace {meta['namespace']}")
     if not args.wait:
         return 0
+    if resource.kind == SWEEP.kind:
+        return _wait_for_sweep(client, meta["name"], meta["namespace"], resource.spec.objective.metric, args.timeout)
     return _wait_and_report(client, meta["name"], meta["namespace"], args.timeout)
+
+
+def _listed(client: Any, kind: Kind, all_namespaces: bool, alone: bool) -> list[dict[str, Any]]:
+    """The objects of one kind; with both kinds asked for, a cluster without the RLSweep CRD has no sweeps."""
+    from kuberl.client import NotFound
+
+    lister = client.list_sweeps if kind is SWEEP else client.list
+    try:
+        return lister(all_namespaces=all_namespaces)
+    except NotFound:
+        if alone:
+            raise
+        return []
 
 
 @_handled
 def cmd_list(args: argparse.Namespace) -> int:
-    client = _client(args)
-    items = client.list(all_namespaces=args.all_namespaces)
-    if args.output in ("json", "yaml"):
-        from kuberl.client.formatting import render
+    from kuberl.client.formatting import render, resource_table
 
+    client = _client(args)
+    kinds = [args.kind] if args.kind else list(KINDS)
+    found = {kind: _listed(client, kind, args.all_namespaces, len(kinds) == 1) for kind in kinds}
+    if args.output in ("json", "yaml"):
+        items = [item for kind in kinds for item in found[kind]]
         print(render({"apiVersion": "v1", "kind": "List", "items": items}, args.output))
         return 0
-    if not items:
+    if not any(found.values()):
         where = "any namespace" if args.all_namespaces else f"namespace {client.namespace}"
-        print(f"No rlexperiments found in {where}.", file=sys.stderr)
+        print(f"No {' or '.join(k.plural for k in kinds)} found in {where}.", file=sys.stderr)
         return 0
-    from kuberl.client.formatting import experiments_table
-
-    print(experiments_table(items, _now(), all_namespaces=args.all_namespaces, wide=args.output == "wide"))
+    tables = [resource_table(found[kind], _now(), kind=kind.kind, all_namespaces=args.all_namespaces,
+                             wide=args.output == "wide", prefix=f"{kind.qualified}/" if len(kinds) > 1 else "")
+              for kind in kinds if found[kind]]
+    print("\n\n".join(tables))
     return 0
+
+
+def _get(client: Any, kind: Kind, name: str) -> dict[str, Any]:
+    return client.get_sweep(name) if kind is SWEEP else client.get(name)
 
 
 @_handled
 def cmd_status(args: argparse.Namespace) -> int:
     from kuberl.client import Forbidden
-    from kuberl.client.formatting import describe, render, status_document
+    from kuberl.client import formatting as f
 
     client = _client(args)
-    obj = client.get(args.name)
+    kind, name = client.resolve(args.name)
+    obj = _get(client, kind, name)
     try:
-        events = client.events(args.name)
-    except Forbidden as exc:  # reading the experiment but not Events: the status still helps
+        events = client.sweep_events(name) if kind is SWEEP else client.events(name)
+    except Forbidden as exc:  # reading the object but not Events: the status still helps
         print(f"warning: {exc}", file=sys.stderr)
         events = []
     if args.output in ("json", "yaml"):
-        print(render(status_document(obj, events), args.output))
+        document = f.sweep_status_document if kind is SWEEP else f.status_document
+        print(f.render(document(obj, events), args.output))
     else:
-        print(describe(obj, events, _now()))
+        print((f.describe_sweep if kind is SWEEP else f.describe)(obj, events, _now()))
     return 0
+
+
+def _log_kind(client: Any, target: str) -> tuple[Kind, str]:
+    """Whose output: a kind-qualified name's, else a bare name's one kind (an experiment when neither has it:
+    a deleted experiment's output is still read from --storage)."""
+    from kuberl.client import NotFound
+
+    try:
+        return client.resolve(target)
+    except NotFound:
+        return EXPERIMENT, target
 
 
 @_handled
 def cmd_logs(args: argparse.Namespace) -> int:
-    from kuberl.client.logs import experiment_logs, is_run_location, run_logs
+    from kuberl.client import UsageError
+    from kuberl.client.kinds import parse_reference
+    from kuberl.client.logs import experiment_logs, is_run_location, run_logs, sweep_logs
 
-    if is_run_location(args.target):
+    options = {"follow": args.follow, "tail": args.tail, "attempt": args.attempt, "endpoint": args.endpoint,
+               "storage": args.storage}
+    if is_run_location(args.target) and parse_reference(args.target)[0] is None:
         logs = run_logs(args.target, attempt=args.attempt, tail=args.tail, endpoint=args.endpoint)
     else:
-        logs = experiment_logs(_client(args), args.target, follow=args.follow, tail=args.tail, attempt=args.attempt,
-                               endpoint=args.endpoint, storage=args.storage)
+        client = _client(args)
+        kind, name = _log_kind(client, args.target)
+        if kind is SWEEP:
+            logs = sweep_logs(client, name, args.trial, **options)
+        elif args.trial is not None:
+            raise UsageError(f"--trial: {args.target} is an rlexperiment; --trial picks a trial of an rlsweep")
+        else:
+            logs = experiment_logs(client, name, **options)
     print(f"kuberl: {logs.note}", file=sys.stderr, flush=True)
     for text in logs.text:
         sys.stdout.write(text)
@@ -167,15 +233,27 @@ def cmd_logs(args: argparse.Namespace) -> int:
 @_handled
 def cmd_delete(args: argparse.Namespace) -> int:
     client = _client(args)
-    obj = client.get(args.name)
-    client.delete(args.name, wait=args.timeout if args.wait else None)
-    print(f"rlexperiment.kuberl.io/{args.name} deleted from namespace {client.namespace}")
-    storage = ((obj.get("spec") or {}).get("storage") or {}).get("uri")
-    if storage:
+    kind, name = client.resolve(args.name)
+    wait = args.timeout if args.wait else None
+    obj = _get(client, kind, name)
+    (client.delete_sweep if kind is SWEEP else client.delete)(name, wait=wait)
+    print(f"{kind.qualified}/{name} deleted from namespace {client.namespace}")
+    spec = obj.get("spec") or {}
+    storage = (((spec.get("template") if kind is SWEEP else spec) or {}).get("storage") or {}).get("uri")
+    if storage and kind is SWEEP:
+        print(f"its trials go with it; their storage stays under {storage} (kuberl logs TRIAL --storage {storage})")
+    elif storage:
         from kuberl.client.runs import run_uri
 
-        print(f"its storage stays: {run_uri(obj)} (kuberl logs {args.name} --storage {storage})")
+        print(f"its storage stays: {run_uri(obj)} (kuberl logs {name} --storage {storage})")
     return 0
+
+
+def _kind_arg(word: str) -> Kind:
+    kind = kind_named(word)
+    if kind is None:
+        raise argparse.ArgumentTypeError(f"{word!r} is not a kind: {kind_words()}")
+    return kind
 
 
 @_handled
@@ -210,30 +288,38 @@ def add_commands(sub: Any) -> None:
 
     p = sub.add_parser("submit", help="create an RLExperiment or an RLSweep on the cluster (validated first)",
                        epilog=_EXAMPLES, formatter_class=formatter)
-    p.add_argument("-f", "--file", required=True, metavar="FILE", help="RLExperiment manifest (- for stdin)")
+    p.add_argument("-f", "--file", required=True, metavar="FILE", help="RLExperiment or RLSweep manifest (- for stdin)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a spec field, e.g. rollouts.workers=2 (repeatable)")
-    p.add_argument("--wait", action="store_true", help="wait until it Succeeded (exit 0) or Failed (exit 1)")
+                   help="override a spec field, e.g. rollouts.workers=2 (a sweep: template.rollouts.workers=2) "
+                   "(repeatable)")
+    p.add_argument("--wait", action="store_true", help="follow the experiment, or the sweep's trials, until it "
+                   "Succeeded (exit 0) or Failed (exit 1)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="with --wait: give up after this")
     p.add_argument("--dry-run", action="store_true", help="validate and print what would be created")
     _connection_args(p)
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("list", help="list RLExperiments (as kubectl get rlx)")
+    p = sub.add_parser("list", help="list RLExperiments and RLSweeps (as kubectl get rlx,rls)")
+    p.add_argument("kind", nargs="?", type=_kind_arg, metavar="KIND",
+                   help=f"only one kind: {kind_words()}")
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("-o", "--output", choices=["wide", "json", "yaml"])
     _connection_args(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("status", help="an experiment's phase, conditions, progress, last checkpoint and events")
-    p.add_argument("name", metavar="NAME")
+    p = sub.add_parser("status", help="an experiment's phase, progress, last checkpoint and events; a sweep's "
+                       "trials and its best trial")
+    p.add_argument("name", metavar="NAME", help="a name, or KIND/NAME when an experiment and a sweep share it "
+                   "(sweep/NAME, experiment/NAME)")
     p.add_argument("-o", "--output", choices=["text", "json", "yaml"], default="text")
     _connection_args(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("logs", help="the trainer's output: the head pod's log, or the run's storage once it is gone",
                        epilog=_EXAMPLES, formatter_class=formatter)
-    p.add_argument("target", metavar="NAME|RUN", help="an experiment's name, or a run's URI or directory")
+    p.add_argument("target", metavar="NAME|RUN", help="an experiment's or a sweep's name (KIND/NAME when they share "
+                   "it), or a run's URI or directory")
+    p.add_argument("--trial", type=int, default=None, metavar="N", help="a sweep: the output of its trial N")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
     p.add_argument("--tail", type=int, default=None, metavar="LINES", help="only the last LINES lines")
     p.add_argument("--attempt", type=int, default=None, metavar="N",
@@ -244,8 +330,9 @@ def add_commands(sub: Any) -> None:
     _connection_args(p)
     p.set_defaults(func=cmd_logs)
 
-    p = sub.add_parser("delete", help="delete an experiment (its pods go, its storage stays)")
-    p.add_argument("name", metavar="NAME")
+    p = sub.add_parser("delete", help="delete an experiment (its pods go, its storage stays) or a sweep (its "
+                       "trials go)")
+    p.add_argument("name", metavar="NAME", help="a name, or KIND/NAME when an experiment and a sweep share it")
     p.add_argument("--wait", action="store_true", help="return once it is gone")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="with --wait (default 60)")
     _connection_args(p)
