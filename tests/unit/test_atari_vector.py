@@ -93,18 +93,24 @@ class RandomPolicy(NoOpPolicy):
         return self.rng.integers(0, self.n, len(obs)), {}
 
 
-def test_on_a_real_game_with_lives_only_the_step_after_a_game_over_is_a_reset_row():
-    """Breakout played at random loses a life every few dozen steps; ALE's reset observation is the one whose
-    stack is all zero frames but the newest, so the rows that are no transition are exactly those."""
+def test_on_a_real_game_with_lives_the_rows_after_an_end_are_a_reset_or_fire_and_no_transition():
+    """Breakout played at random loses a life every few dozen steps. The row after each learner's episode end is
+    no transition: after a game over ALE's reset (its observation's stack is all zero frames but the newest), after
+    a lost life the FIRE press that puts the ball back in play (the game goes on: no zero frames)."""
     config = WorkerConfig("ALE/Breakout-v5", num_envs=2, fragment_length=300, preprocessing="atari", seed=0)
     worker = RolloutWorker(config, RandomPolicy)
     try:
-        d = worker.sample().data
+        batch = worker.sample()
     finally:
         worker.stop()
+    d = batch.data
+    ended = d["terminateds"] | d["truncateds"]
+    np.testing.assert_array_equal(~d["valid"][1:], ended[:-1])
     reset_rows = d["next_obs"][:, :, :-1].reshape(*d["valid"].shape, -1).max(axis=-1) == 0
-    np.testing.assert_array_equal(~d["valid"], reset_rows)
-    assert (d["terminateds"][:-1] & d["valid"][1:]).sum() >= 4  # lost lives, each followed by a real step
+    assert (reset_rows <= ~d["valid"]).all()  # every ALE reset is a no-transition row
+    fire_rows = ~d["valid"] & ~reset_rows
+    assert fire_rows.sum() >= 4  # lost lives, each followed by FIRE
+    assert reset_rows.sum() <= len(batch.episodes)  # one reset per game over
 
 
 def test_registered_defaults_stay_unless_the_manifest_says_otherwise():
@@ -242,3 +248,53 @@ def test_a_termination_without_a_drop_in_lives_ends_the_game():
     assert scores == [None, 7.0, None, None, None, None, 8.0]
     assert resets == [False, True, False, False, False, False, True]
 
+
+def test_after_a_lost_life_fire_is_pressed_in_place_of_the_policys_action_and_is_no_transition():
+    pressed = []
+
+    class Recording(ScriptedGames):
+        def step(self, actions):
+            pressed.append(int(np.asarray(actions)[0]))
+            return super().step(actions)
+
+    env = GameScoreVector(Recording([(0.0, True, 2), (3.0, False, 2), (1.0, False, 2), (0.0, True, 0)]), fire=1)
+    env.reset(seed=0)
+    resets, scores = [], []
+    for _ in range(4):
+        _, _, _, _, info = env.step(np.array([0]))
+        resets.append(bool(info[RESETS][0]))
+        scores.append(float(info["game_return"][0]) if info["_game_return"][0] else None)
+    assert pressed == [0, 1, 0, 0]
+    assert resets == [True, False, False, True]  # the FIRE step, then the game over's reset
+    assert scores == [None, None, None, 4.0]  # what FIRE scored counts in the game
+
+
+def test_training_on_ales_vector_env_presses_fire_after_a_lost_life_as_evaluation_does():
+    """Breakout waits for FIRE after a lost life; ALE's vector env presses it only when it resets a game. A policy
+    that never presses FIRE must play the same game in training as in evaluation: life after life to the end, in
+    about as many steps, and not stall with the ball out of play after its first lost life."""
+    from kuberl.trainer.sampling.envs import make_env
+
+    config = WorkerConfig("ALE/Breakout-v5", {"repeat_action_probability": 0.0}, num_envs=1, fragment_length=300,
+                          preprocessing="atari", seed=0)
+    worker = RolloutWorker(config, NoOpPolicy)
+    try:
+        batch = worker.sample()
+    finally:
+        worker.stop()
+    d = batch.data
+    ends = np.flatnonzero(d["terminateds"][:, 0])
+    assert len(ends) >= 8  # two whole games of five lives, not one lost life and a wait
+    np.testing.assert_array_equal(np.flatnonzero(~d["valid"][:, 0]), ends + 1)  # FIRE or reset: no transition
+    training = [e["length"] for e in batch.episodes]
+    evaluation = make_env(config.env, training=False)
+    try:
+        evaluation.reset(seed=0)
+        for length in range(1, 1_000):
+            _, _, terminated, truncated, info = evaluation.step(0)
+            if terminated or truncated:
+                break
+    finally:
+        evaluation.close()
+    assert len(training) >= 2 and terminated
+    assert all(abs(length - info["game_length"]) <= 15 for length in training), (training, info["game_length"])

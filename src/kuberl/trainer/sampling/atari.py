@@ -11,6 +11,7 @@ worker records as the episode's return.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -120,9 +121,14 @@ def is_ale_spec(registered: gym.envs.registration.EnvSpec) -> bool:
     return str(registered.entry_point).startswith("ale_py")
 
 
+def fire_action(meanings: Sequence[str]) -> int | None:
+    """The FIRE action of a game that waits for it to start or go on, else None: FIRE second of at least three
+    actions (Baselines' FireResetEnv's test, which CleanRL's Atari scripts keep)."""
+    return 1 if len(meanings) >= 3 and meanings[1] == "FIRE" else None
+
+
 def has_fire(env: gym.Env) -> bool:
-    meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
-    return len(meanings) >= 3 and meanings[1] == "FIRE"
+    return fire_action(env.unwrapped.get_action_meanings()) is not None  # type: ignore[attr-defined]
 
 
 def atari_preset(env: gym.Env, *, training: bool) -> gym.Env:

@@ -5,12 +5,18 @@ frame skip 4 with the max over the last two frames, 84x84 grayscale, a stack of 
 same frames as Gymnasium's wrappers in `atari` (a test compares them), at about 1.5x the steps per
 second, because no Python wrapper runs per env and step.
 
-Two things are done here rather than by ALE, to keep the preset's meaning:
+Three things are done here rather than by ALE, to keep the preset's meaning:
 - A lost life ends the learner's episode but not the game. ALE's `episodic_life` restarts the whole
   game on a lost life, so it stays off; `life_loss_info` reports the loss as a termination while
   the game goes on. A termination without a drop in lives is the game's end (some games end with
   lives left). ALE resets a game on the step after it is over, so `GameScoreVector` says where
-  (`info[RESETS]`): the step after a lost life is a real transition, not a reset.
+  (`info[RESETS]`).
+- After a lost life, a game that waits for FIRE to go on gets it: ALE presses FIRE only when it resets a
+  game, so the step after a lost life presses FIRE in place of the policy's action, and is no transition
+  (`info[RESETS]` again). The single-env preset does the same in the reset that follows a lost life
+  (EpisodicLife, then FireReset), evaluation after each lost life (FireAfterLifeLoss), and so do CleanRL's
+  Atari scripts (Baselines' EpisodicLifeEnv and FireResetEnv; EnvPool's episodic life with fire reset):
+  training and evaluation play the same game, and a policy never learns to wait with a ball that never comes.
 - Rewards reach the learner clipped, but `GameScoreVector` first adds the unclipped ones up, so a
   finished game reports its score (`atari.GAME_RETURN`, `GAME_LENGTH`) as the single-env preset does.
 
@@ -33,10 +39,12 @@ from kuberl.trainer.sampling.atari import (
     GAME_RETURN,
     NOOP_MAX,
     SCREEN_SIZE,
+    fire_action,
 )
 from kuberl.trainer.sampling.env_groups import StepResult
 
-# info key: the envs that reset on the next step (a game over), where a termination (a lost life) alone does not.
+# info key: the envs whose next step is no transition: ALE resets the game (a game over), or FIRE is pressed
+# after a lost life; a termination alone (a lost life in a game that needs no FIRE) is followed by a real step.
 RESETS = "resets"
 
 # ALE env kwargs (`spec.env.config` and the registered defaults) the vector env takes as they are.
@@ -59,26 +67,31 @@ class GameScoreVector(gym.vector.VectorWrapper):
 
     A termination with fewer lives than the step before, but some left, is a lost life (ALE's own test); any
     other termination, and a truncation, ends the game. The env autoresets on the next step: that step starts
-    the new game and scores nothing; `info[RESETS]` says which envs do, for every env on every step.
+    the new game and scores nothing. With `fire` (the FIRE action of a game that waits for it), the step after
+    a lost life presses FIRE whatever the policy chose; it counts in the game's score. `info[RESETS]` says which
+    envs' next step is one of these two, for every env on every step.
     """
 
-    def __init__(self, env: gym.vector.VectorEnv):
+    def __init__(self, env: gym.vector.VectorEnv, fire: int | None = None):
         super().__init__(env)
+        self.fire = fire
         self.game_return = np.zeros(self.num_envs, dtype=np.float64)
         self.game_length = np.zeros(self.num_envs, dtype=np.int64)
         self.game_over = np.zeros(self.num_envs, dtype=bool)
+        self.firing = np.zeros(self.num_envs, dtype=bool)  # the next step presses FIRE
         self.lives = np.zeros(self.num_envs, dtype=np.int64)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.game_return[:] = 0.0
         self.game_length[:] = 0
         self.game_over[:] = False
+        self.firing[:] = False
         obs, info = self.env.reset(**kwargs)
         self.lives[:] = info["lives"]
         return obs, info
 
     def step(self, actions: Any) -> StepResult:
-        return self._scored(self.env.step(actions))
+        return self._scored(self.env.step(self._pressed(actions)))
 
     @property
     def steps_in_background(self) -> bool:
@@ -87,10 +100,16 @@ class GameScoreVector(gym.vector.VectorWrapper):
 
     def send(self, actions: Any) -> None:
         """Start a step: ALE steps the games on its threads until `recv` (see sampling/env_groups.py)."""
-        self.env.send(actions)  # type: ignore[attr-defined]
+        self.env.send(self._pressed(actions))  # type: ignore[attr-defined]
 
     def recv(self) -> StepResult:
         return self._scored(self.env.recv())  # type: ignore[attr-defined]
+
+    def _pressed(self, actions: Any) -> Any:
+        """The actions to step with: FIRE for the envs that lost a life on the step before."""
+        if self.fire is None or not self.firing.any():
+            return actions
+        return np.where(self.firing, self.fire, np.asarray(actions))
 
     def _scored(self, result: StepResult) -> StepResult:
         obs, reward, terminated, truncated, info = result
@@ -104,10 +123,12 @@ class GameScoreVector(gym.vector.VectorWrapper):
         self.game_length += playing
         lost_life = playing & terminated & (lives > 0) & (lives < self.lives)
         self.game_over = playing & (truncated | (terminated & ~lost_life))
+        self.firing = lost_life & (self.fire is not None)
         self.lives = lives
+        resets = self.game_over | self.firing
         info = {**info, GAME_RETURN: np.where(self.game_over, self.game_return, 0.0), f"_{GAME_RETURN}": self.game_over,
                 GAME_LENGTH: np.where(self.game_over, self.game_length, 0), f"_{GAME_LENGTH}": self.game_over,
-                RESETS: self.game_over, f"_{RESETS}": np.ones(self.num_envs, dtype=bool)}
+                RESETS: resets, f"_{RESETS}": np.ones(self.num_envs, dtype=bool)}
         return obs, np.sign(reward).astype(np.float32), terminated, truncated, info
 
 
@@ -125,4 +146,4 @@ def make_atari_vector(registered: gym.envs.registration.EnvSpec, config: dict[st
         noop_max=NOOP_MAX, episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
         **kwargs,
     )
-    return GameScoreVector(env)
+    return GameScoreVector(env, fire_action([action.name for action in env.ale.get_action_set()]))

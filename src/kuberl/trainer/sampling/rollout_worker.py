@@ -12,7 +12,7 @@ observation, also at episode ends), valid (False on the step in which a
 native vector env resets an env: no transition happened there), plus the
 policy's extras (PPO: logp). Such an env resets after an episode's end, unless it says
 where it resets (`info[RESETS]`: ALE's vector env plays on after a lost life that ends
-the learner's episode, and resets only after a game over).
+the learner's episode, pressing FIRE first in a game that waits for it, and resets only after a game over).
 """
 
 from __future__ import annotations
