@@ -158,6 +158,15 @@ def test_pbt_copies_a_leaders_checkpoint_and_learning_continues(tmp_path: Path) 
     assert results[0]["timesteps"] > 768 and results[-1]["timesteps"] >= 1536
     assert "starting from" in (directory / "runs" / f"pop-t{lagger:03d}-r01.log").read_text()
     assert last_json(proc.stdout)["trials"] == 2
+    # Each member and round ran with a seed of its own, recorded in the state and in each run's manifest.
+    seeds = {t.number: t.seeds for t in state.trials}
+    assert seeds == {n: [first[n]["spec"]["config"]["seed"], second[n]["spec"]["config"]["seed"]] for n in seeds}
+    assert len({seed for pair in seeds.values() for seed in pair}) == 4
+    # The leader kept its lr: its rate fell once over both rounds (annealed over the sweep's 1,536 steps).
+    assert first[leader]["spec"]["config"]["annealTimesteps"] == 1536
+    rates = [json.loads(line)["learner"]["lr"] for name in (f"pop-t{leader:03d}-r00", f"pop-t{leader:03d}-r01")
+             for line in (directory / "runs" / name / "results.jsonl").read_text().splitlines()]
+    assert rates == sorted(rates, reverse=True) and rates[-1] < 0.2 * rates[0]
 
 
 @pytest.mark.parametrize("command", ["validate", "sweep"])

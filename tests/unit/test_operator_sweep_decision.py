@@ -7,8 +7,9 @@ from typing import Any
 
 from kuberl.api.sweep_types import RLSweepStatus, SweepPhase, TrialState
 from kuberl.api.sweep_validation import validate_sweep_document
-from kuberl.operator.builders.trial import build_trial, run_names
+from kuberl.operator.builders.trial import build_trial
 from kuberl.operator.sweep_decision import RunObservation, cluster_errors, decide_sweep
+from kuberl.sweep.plan import run_names
 
 NOW = "2026-01-01T00:00:00Z"
 DOC: dict[str, Any] = {

@@ -166,6 +166,9 @@ class TrialRecord(StrictModel):
         description="What the pruner noted on this trial (Optuna's successive-halving rungs), kept to rebuild it.")
     restored_from: str | None = Field(None, description="pbt: the checkpoint this trial's latest segment started "
                                       "from.")
+    seeds: list[int] = Field(default_factory=list, description="config.seed of the trial's runs: one per seed of "
+                             "seedsPerTrial (the template's, if it sets one, for a single seed); pbt: one per round so "
+                             "far, each member's and round's own.")
 
 
 class BestTrial(StrictModel):

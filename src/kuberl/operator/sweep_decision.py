@@ -25,9 +25,9 @@ from kuberl.api.sweep_types import (
 from kuberl.api.sweep_validation import sweep_cluster_errors
 from kuberl.api.types import Condition, Phase
 from kuberl.operator import sweep_pbt
-from kuberl.operator.builders.trial import run_names
 from kuberl.operator.status.conditions import ConditionType
 from kuberl.sweep import search
+from kuberl.sweep.plan import run_names
 from kuberl.sweep.search import SweepState
 
 TERMINAL_SWEEP_PHASES = frozenset({SweepPhase.SUCCEEDED, SweepPhase.FAILED})

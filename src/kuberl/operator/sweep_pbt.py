@@ -2,9 +2,10 @@
 
 The population trains in rounds (`status.pbtRound`): in round R each member runs one RLExperiment,
 `TRIAL-rRR`, up to `min((R + 1) x perturbationInterval, template.stop.timesteps)` env steps (its
-timesteps count on from the checkpoint it restored). Once every living member's round-R run succeeded,
+timesteps count on from the checkpoint it restored; kuberl.sweep.plan, which `kuberl sweep` uses
+too, names the runs and sets their seeds and steps). Once every living member's round-R run succeeded,
 the round's values go into the members' `intermediate`, and the pure exploit/explore step
-(kuberl.sweep.pbt, the one `kuberl sweep` uses) picks laggards and leaders: a laggard's round-R+1 run
+(kuberl.sweep.pbt.step_round, the one `kuberl sweep` uses) picks laggards and leaders: a laggard's round-R+1 run
 starts from the leader's `status.lastCheckpoint` (`spec.checkpoint.restoreFrom`; the trainer copies it
 through storage) with the leader's hyperparameters perturbed; every other member's from its own. The
 new round, the params and `restoredFrom` are written to the status before any run of it is created,
@@ -14,40 +15,22 @@ a round twice: the step is seeded by the sweep's seed and the round.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from kuberl.api.sweep_types import FINISHED_TRIAL_STATES, RLSweepSpec, TrialRecord, TrialState
 from kuberl.api.types import Phase
 from kuberl.sweep import search
-from kuberl.sweep.pbt import exploit_explore
+from kuberl.sweep.pbt import round_message, step_round
+from kuberl.sweep.plan import record_round, round_end, rounds
+from kuberl.sweep.plan import segment_name as _segment_name
 from kuberl.sweep.search import SweepState
 
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
 def segment_name(record: TrialRecord, round_number: int) -> str:
-    return f"{record.name}-r{round_number:02d}"
-
-
-def budget(spec: RLSweepSpec) -> int:
-    assert spec.template.stop.timesteps is not None  # validation requires it with pbt
-    return spec.template.stop.timesteps
-
-
-def interval(spec: RLSweepSpec) -> int:
-    assert spec.search.pbt is not None
-    return spec.search.pbt.perturbation_interval
-
-
-def round_end(spec: RLSweepSpec, round_number: int) -> int:
-    """The env steps a member has trained at the end of the round."""
-    return min((round_number + 1) * interval(spec), budget(spec))
-
-
-def rounds(spec: RLSweepSpec) -> int:
-    return math.ceil(budget(spec) / interval(spec))
+    return _segment_name(record.name, round_number)
 
 
 def _done_round(record: TrialRecord, end: int) -> bool:
@@ -77,8 +60,7 @@ def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any])
                 events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
             else:
                 record.state = TrialState.RUNNING
-                record.value = seen.value
-                record.intermediate.append([float(end), seen.value])
+                record_round(record, end, seen.value)
         else:
             record.state = TrialState.RUNNING
     alive = search.active(state)
@@ -99,31 +81,12 @@ def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any])
             checkpoints[record.number] = seen.checkpoint
     if not checkpoints:
         return events
-    return events + [step_round(spec, state, checkpoints)]
+    return events + [_step(spec, state, checkpoints)]
 
 
-def step_round(spec: RLSweepSpec, state: SweepState, checkpoints: dict[int, str]) -> Event:
-    """Exploit and explore after the current round: laggards take a leader's checkpoint and perturbed
-    hyperparameters, the others their own checkpoint; the state moves to the next round."""
-    alive = search.active(state)
-    scores = {t.number: t.value for t in alive}
-    steps = {s.trial: s for s in exploit_explore(spec, {t.number: t.params for t in alive}, scores,
-                                                 state.pbt_round)}
-    copies = []
-    for record in alive:
-        step = steps.get(record.number)
-        record.restored_from = checkpoints[step.donor if step else record.number]
-        if step is not None:
-            donor = state.trial(step.donor)
-            record.params = step.params
-            record.message = (f"round {state.pbt_round + 1}: from {donor.name} ({scores[step.donor]:g} against "
-                              f"{scores[record.number]:g}), perturbed")
-            copies.append(f"{record.name} <- {donor.name}")
-        record.value = None
-        record.state = TrialState.PENDING
-    state.pbt_round += 1
-    return ("Normal", "PBTRound", f"round {state.pbt_round} from {round_end(spec, state.pbt_round - 1):,} steps: "
-            + (", ".join(copies) or "no member lagged"))
+def _step(spec: RLSweepSpec, state: SweepState, checkpoints: dict[int, str]) -> Event:
+    steps = step_round(spec, state, checkpoints)
+    return ("Normal", "PBTRound", round_message(spec, state, steps))
 
 
 def to_create(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any]) -> list[TrialRecord]:

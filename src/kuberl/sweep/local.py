@@ -1,5 +1,5 @@
-"""`kuberl sweep`: a sweep on this machine, each trial a `kuberl train` process, with the same search
-code as the operator (search.py, pbt.py).
+"""`kuberl sweep`: a sweep on this machine, each trial a `kuberl train` process, with the same search,
+runs and rounds as the operator (search.py, plan.py, pbt.py).
 
 The sweep's directory holds `sweep.yaml` (the spec it runs), `state.json` (the durable SweepState,
 replaced atomically after every change), `runs/TRIAL/` (each run's results, checkpoints and traces)
@@ -10,7 +10,6 @@ continues the sweep: finished trials stay, unfinished ones resume from their own
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -22,12 +21,18 @@ from typing import Any, TextIO
 
 import yaml
 
-from kuberl.api.sweep_types import FINISHED_TRIAL_STATES, RLSweep, SweepPhase, TrialRecord, TrialState
-from kuberl.api.sweep_validation import trial_spec
-from kuberl.api.types import API_VERSION
+from kuberl.api.sweep_types import (
+    FINISHED_TRIAL_STATES,
+    RLSweep,
+    RLSweepSpec,
+    SweepPhase,
+    TrialRecord,
+    TrialState,
+)
+from kuberl.api.types import API_VERSION, KIND
 from kuberl.api.validation import FieldError, ManifestError
-from kuberl.sweep import search
-from kuberl.sweep.pbt import exploit_explore
+from kuberl.sweep import plan, search
+from kuberl.sweep.pbt import step_round
 from kuberl.sweep.search import Outcome, SweepState
 
 POLL_SECONDS = 0.5
@@ -90,6 +95,16 @@ def read_results(run_root: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return results
+
+
+def run_manifests(spec: RLSweepSpec, record: TrialRecord, pbt_round: int = 0) -> list[dict[str, Any]]:
+    """The trial's runs as plan.py makes them (the operator's too), as manifests for `kuberl train`: every run
+    goes under the sweep's directory, so the template's storage is left out."""
+    manifests = []
+    for run in plan.trial_runs(spec, record, pbt_round):
+        run.spec.pop("storage", None)
+        manifests.append({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": run.name}, "spec": run.spec})
+    return manifests
 
 
 def final_value(results: list[dict[str, Any]], metric: str) -> float | None:
@@ -157,30 +172,13 @@ class LocalSweep:
 
     # -- runs ----------------------------------------------------------------------------------------------
     def _run_names(self, record: TrialRecord) -> list[str]:
-        if self.spec.search.algorithm == "pbt":
-            return [f"{record.name}-r{self.state.pbt_round:02d}"]
-        if self.spec.seeds_per_trial == 1:
-            return [record.name]
-        return [f"{record.name}-s{k}" for k in range(self.spec.seeds_per_trial)]
+        return plan.run_names(self.spec, record, self.state.pbt_round)
 
-    def _seed(self, k: int) -> int | None:
-        if self.spec.seeds_per_trial == 1:
-            return None
-        base = self.spec.template.config.get("seed")
-        return (base if isinstance(base, int) else 0) + k
-
-    def _start(self, record: TrialRecord, *, stop_timesteps: int | None = None) -> None:
-        template = self.spec.template.to_manifest()
-        for k, name in enumerate(self._run_names(record)):
+    def _start(self, record: TrialRecord) -> None:
+        for manifest in run_manifests(self.spec, record, self.state.pbt_round):
+            name = manifest["metadata"]["name"]
             if name in self.runs and self.runs[name].poll() is None:
                 continue
-            spec = trial_spec(template, record.params, self._seed(k))
-            if stop_timesteps is not None:
-                spec.setdefault("stop", {})["timesteps"] = stop_timesteps
-            if record.restored_from is not None:
-                spec.setdefault("checkpoint", {})["restoreFrom"] = record.restored_from
-            spec.pop("storage", None)  # locally every run goes under the sweep's directory
-            manifest = {"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": name}, "spec": spec}
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             path = self.runs_dir / f"{name}.yaml"
             path.write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -302,19 +300,16 @@ class LocalSweep:
         """Rounds of perturbationInterval steps: every member trains its segment (parallelism at a time),
         then the exploit/explore step; the last round's values are the trials' values."""
         spec = self.spec
-        assert spec.search.pbt is not None and spec.template.stop.timesteps is not None
-        budget, interval = spec.template.stop.timesteps, spec.search.pbt.perturbation_interval
-        rounds = math.ceil(budget / interval)
         search.propose(spec, self.state, self.sweep.name)
         self.save()
         while True:
-            end = min((self.state.pbt_round + 1) * interval, budget)
+            end = plan.round_end(spec, self.state.pbt_round)
             queue = [t for t in self.state.trials if t.state not in FINISHED_TRIAL_STATES]
             started: list[TrialRecord] = []
             while queue or started:
                 while queue and len(started) < spec.parallelism:
                     record = queue.pop(0)
-                    self._start(record, stop_timesteps=end)
+                    self._start(record)
                     started.append(record)
                 for record in [t for t in started if all(r.poll() is not None for r in self._trial_runs(t))]:
                     started.remove(record)
@@ -325,7 +320,7 @@ class LocalSweep:
                 return ended
             if not any(t.state == TrialState.RUNNING for t in self.state.trials):
                 return ended or Outcome(SweepPhase.FAILED, "NoTrialSucceeded", "every member failed")
-            if self.state.pbt_round + 1 >= rounds:
+            if self.state.pbt_round + 1 >= plan.rounds(spec):
                 break
             self._pbt_step(end)
         for record in self.state.trials:
@@ -346,11 +341,7 @@ class LocalSweep:
             search.finish(record, TrialState.FAILED, None, f"{run.name} {reason}")
             self._row(record)
         else:
-            record.value = value
-            if record.intermediate and record.intermediate[-1][0] == end:  # the round ran again after a restart
-                record.intermediate[-1] = [float(end), value]
-            else:
-                record.intermediate.append([float(end), value])
+            plan.record_round(record, end, value)
         self.save()
 
     def _pbt_step(self, end: int) -> None:
@@ -358,33 +349,25 @@ class LocalSweep:
         from kuberl.trainer.storage import open_store
         from kuberl.trainer.storage.checkpoints import latest_checkpoint
 
-        alive = [t for t in self.state.trials if t.state == TrialState.RUNNING]
-        round_name = {t.number: self._run_names(t)[0] for t in alive}
-
-        def checkpoint_of(number: int) -> str | None:
-            info = latest_checkpoint(open_store(f"file://{(self.runs_dir / round_name[number]).resolve()}"))
-            return None if info is None else info.uri
-
-        scores = {t.number: t.value for t in alive}
-        steps = exploit_explore(self.spec, {t.number: t.params for t in alive}, scores, self.state.pbt_round)
-        exploits = {step.trial: step for step in steps}
-        lines = []
-        for record in alive:
-            step = exploits.get(record.number)
-            source = checkpoint_of(step.donor if step else record.number)
-            if step is not None:
-                lines.append(f"  trial {record.number} ({_short(scores[record.number])}) <- trial {step.donor} "
-                             f"({_short(scores[step.donor])}): {source}, "
-                             + " ".join(f"{k}={_short(v)}" for k, v in step.params.items()))
-                record.params = step.params
-            record.restored_from = source
-            record.value = None
-        self.state.pbt_round += 1
+        checkpoints: dict[int, str] = {}
+        for record in search.active(self.state):
+            info = latest_checkpoint(open_store(f"file://{(self.runs_dir / self._run_names(record)[0]).resolve()}"))
+            if info is None:
+                search.finish(record, TrialState.FAILED, None, f"{self._run_names(record)[0]} left no checkpoint to "
+                              "continue from")
+                self._row(record)
+            else:
+                checkpoints[record.number] = info.uri
+        scores = {t.number: t.value for t in search.active(self.state)}
+        steps = step_round(self.spec, self.state, checkpoints)
         self.save()
         self.log(f"pbt round {self.state.pbt_round} at {end:,} steps: "
                  + ", ".join(f"{n}={_short(v)}" for n, v in sorted(scores.items())))
-        for line in lines:
-            self.log(line)
+        for step in steps:
+            record = self.state.trial(step.trial)
+            self.log(f"  trial {step.trial} ({_short(scores[step.trial])}) <- trial {step.donor} "
+                     f"({_short(scores[step.donor])}): {record.restored_from}, "
+                     + " ".join(f"{k}={_short(v)}" for k, v in step.params.items()))
         self.runs = {}
 
     def _stop_all(self) -> None:

@@ -15,7 +15,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kuberl.api.sweep_types import RLSweepSpec, SweepParameter
+from kuberl.api.sweep_types import RLSweepSpec, SweepParameter, TrialState
+from kuberl.sweep.plan import round_end, trial_seeds
+from kuberl.sweep.search import SweepState, active
 from kuberl.sweep.space import cast, trial_seed
 
 FACTORS = (0.8, 1.2)
@@ -82,3 +84,34 @@ def exploit_explore(spec: RLSweepSpec, params: dict[int, dict[str, Any]], scores
         donor = rng.choice(top)
         steps.append(Exploit(trial=member, donor=donor, params=perturb(spec, params[donor], rng)))
     return steps
+
+
+def step_round(spec: RLSweepSpec, state: SweepState, checkpoints: dict[int, str]) -> list[Exploit]:
+    """Exploit and explore after the current round, on the living members (each scored by its value of the round):
+    laggards take a leader's checkpoint and perturbed hyperparameters, the others their own checkpoint
+    (`checkpoints`: each living member's of the round); every member is Pending in the next round, with that
+    round's seed recorded. The exploit steps taken come back."""
+    alive = active(state)
+    scores = {t.number: t.value for t in alive}
+    steps = exploit_explore(spec, {t.number: t.params for t in alive}, scores, state.pbt_round)
+    by_member = {s.trial: s for s in steps}
+    for record in alive:
+        step = by_member.get(record.number)
+        record.restored_from = checkpoints[step.donor if step else record.number]
+        if step is not None:
+            donor = state.trial(step.donor)
+            record.params = step.params
+            record.message = (f"round {state.pbt_round + 1}: from {donor.name} ({scores[step.donor]:g} against "
+                              f"{scores[record.number]:g}), perturbed")
+        record.value = None
+        record.state = TrialState.PENDING
+        record.seeds = trial_seeds(spec, record.number, state.pbt_round + 1)
+    state.pbt_round += 1
+    return steps
+
+
+def round_message(spec: RLSweepSpec, state: SweepState, steps: list[Exploit]) -> str:
+    """What a round's step did, after `step_round`."""
+    copies = [f"{state.trial(s.trial).name} <- {state.trial(s.donor).name}" for s in steps]
+    return (f"round {state.pbt_round} from {round_end(spec, state.pbt_round - 1):,} steps: "
+            + (", ".join(copies) or "no member lagged"))

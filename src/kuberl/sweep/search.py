@@ -27,6 +27,7 @@ from kuberl.api.sweep_types import (
     TrialState,
 )
 from kuberl.api.sweep_validation import grid_values
+from kuberl.sweep.plan import trial_seeds
 from kuberl.sweep.space import cast, distributions, trial_seed
 
 MAX_NAME = 253 - len("-t0000")
@@ -183,7 +184,7 @@ def propose(spec: RLSweepSpec, state: SweepState, sweep_name: str) -> list[Trial
         if params is None:
             break  # the grid is exhausted
         record = TrialRecord(number=number, name=trial_name(sweep_name, number), params=params,
-                             state=TrialState.PENDING)
+                             state=TrialState.PENDING, seeds=trial_seeds(spec, number))
         state.trials.append(record)
         new.append(record)
         free -= 1
