@@ -89,11 +89,16 @@ def test_checkpoint_restore_gives_the_same_actions(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_within_a_fixed_env_step_budget() -> None:
+    """Judged at the end of the budget, on the last 100 training episodes and a greedy evaluation: a run that
+    learned and then fell away fails, as it should (a best-so-far mean would pass it)."""
     algo = _config().build()
-    best = 0.0
-    while algo.timesteps < 40_000:
-        result = algo.train()
-        best = max(best, result["episodeReturnMean"] or 0.0)
-    algo.stop()
-    # random play averages about 22; the defaults (10k random steps first) reached 150-176 at 40k on seeds 1 and 2
-    assert best >= 80, best
+    try:
+        while algo.timesteps < 40_000:
+            result = algo.train()
+        greedy = algo.evaluate(episodes=10)["episodeReturnMean"]
+    finally:
+        algo.stop()
+    # random play averages about 22; the defaults (10k random steps first) ended 40k steps with a 100-episode
+    # mean of 126-193 and a greedy mean of 296-467 on seeds 1-6, still rising
+    assert result["episodes"] >= 100 and result["episodeReturnMean"] >= 100, result["episodeReturnMean"]
+    assert greedy >= 200, greedy
