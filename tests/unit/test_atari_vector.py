@@ -290,7 +290,7 @@ def test_training_on_ales_vector_env_presses_fire_after_a_lost_life_as_evaluatio
     evaluation = make_env(config.env, training=False)
     try:
         evaluation.reset(seed=0)
-        for length in range(1, 1_000):
+        for _ in range(1_000):
             _, _, terminated, truncated, info = evaluation.step(0)
             if terminated or truncated:
                 break
@@ -298,3 +298,41 @@ def test_training_on_ales_vector_env_presses_fire_after_a_lost_life_as_evaluatio
         evaluation.close()
     assert len(training) >= 2 and terminated
     assert all(abs(length - info["game_length"]) <= 15 for length in training), (training, info["game_length"])
+
+
+def test_every_path_cuts_a_game_at_the_same_agent_step():
+    """`max_num_frames_per_episode` counts frames on every path: ALE's vector env (whose docstring says steps)
+    counts each of its frame-skip's frames, as ALE does under the single-env wrappers and in evaluation. 400
+    frames: 100 agent steps, less the up to 30 no-op frames of the start where a path counts them."""
+    from kuberl.trainer.sampling.atari import FRAME_SKIP, NOOP_MAX
+    from kuberl.trainer.sampling.envs import make_env
+
+    settings = EnvSettings("ALE/Pong-v5", {"repeat_action_probability": 0.0, "max_num_frames_per_episode": 400},
+                           "atari")
+    cut_at = {}
+    vector = make_vector_env(settings, num_envs=1)
+    assert isinstance(vector, GameScoreVector)
+    try:
+        vector.reset(seed=0)
+        for step in range(1, 1_000):
+            _, _, terminated, truncated, _ = vector.step(np.array([0]))
+            if terminated[0] or truncated[0]:
+                cut_at["vector"] = (step, bool(truncated[0]))
+                break
+    finally:
+        vector.close()
+    for training in (True, False):
+        env = make_env(settings, training=training)
+        try:
+            env.reset(seed=0)
+            for step in range(1, 1_000):
+                _, _, terminated, truncated, _ = env.step(0)
+                if terminated or truncated:
+                    cut_at["training" if training else "evaluation"] = (step, truncated)
+                    break
+        finally:
+            env.close()
+    steps = 400 // FRAME_SKIP
+    assert {path: truncated for path, (_, truncated) in cut_at.items()} == dict.fromkeys(
+        ("vector", "training", "evaluation"), True)
+    assert all(steps - NOOP_MAX // FRAME_SKIP - 1 <= step <= steps for step, _ in cut_at.values()), cut_at
