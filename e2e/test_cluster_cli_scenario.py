@@ -60,8 +60,9 @@ def test_submit_wait_status_logs_and_logs_after_delete(cluster, experiments, tmp
     assert status.returncode == 0, status.stderr
     assert "Phase:       Succeeded (attempt 1)" in status.stdout and "checkpoints/" in status.stdout
     assert "Succeeded" in status.stdout.split("Events:")[1]  # the operator's event for the phase
-    listed = _kuberl(cluster, "list", "-n", ns)
-    assert any(line.split()[:2] == [name, "Succeeded"] for line in listed.stdout.splitlines()), listed.stdout
+    listed = _kuberl(cluster, "list", "-n", ns)  # both kinds: names qualified by their kind, as kubectl get rlx,rls
+    assert any(line.split()[:2] == [f"rlexperiment.kuberl.io/{name}", "Succeeded"]
+               for line in listed.stdout.splitlines()), listed.stdout
 
     logs = _kuberl(cluster, "logs", name, "-n", ns, "--endpoint", cluster.local_s3_endpoint)
     assert logs.returncode == 0, logs.stderr

@@ -1,7 +1,9 @@
 """`kuberl submit | list | status | delete` against a real kube-apiserver 1.20, as a user with a client
 certificate of their own: RBAC refuses them until the built-in `edit` role (to which the chart
-aggregates rlexperiments) is bound in the namespace; then the operator takes the experiment, its
-Events show in `kuberl status`, and `kuberl delete` leaves the garbage collector the children."""
+aggregates rlexperiments and rlsweeps) is bound in the namespace; then the operator takes the experiment,
+its Events show in `kuberl status`, and `kuberl delete` leaves the garbage collector the children. A sweep
+the same way: listed beside the experiments, its trials in `kuberl status sweep/NAME`, and deleted with
+them."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ def test_a_user_submits_lists_watches_and_deletes_with_their_own_rbac(
     running = client.wait(name, namespace=ns, phases={"Running", "Succeeded", "Failed"}, timeout=300)
     assert running["status"]["phase"] == "Running", experiments.explain(name)
 
-    listed = _kuberl(kubeconfig, "list", "-n", ns)
+    listed = _kuberl(kubeconfig, "list", "experiments", "-n", ns)
     assert any(line.split()[:3] == [name, "Running", "ppo"] for line in listed.stdout.splitlines()), listed.stdout
     status = _kuberl(kubeconfig, "status", name, "-n", ns, "-o", "yaml")
     assert status.returncode == 0, status.stderr
@@ -62,4 +64,40 @@ def test_a_user_submits_lists_watches_and_deletes_with_their_own_rbac(
     assert deleted.returncode == 0, deleted.stderr
     experiments.wait(name, lambda: not experiments.pods(name), "the garbage collector to remove the pods", timeout=120)
     gone = _kuberl(kubeconfig, "status", name, "-n", ns)
-    assert gone.returncode == 2 and gone.stderr.strip() == f"error: rlexperiment {name!r} not found in namespace {ns!r}"
+    assert gone.returncode == 2
+    assert gone.stderr.strip() == f"error: rlexperiment or rlsweep {name!r} not found in namespace {ns!r}"
+
+    _a_sweep_is_listed_shown_and_deleted_with_its_trials(cluster, experiments, kubeconfig, tmp_path)
+
+
+def _a_sweep_is_listed_shown_and_deleted_with_its_trials(cluster: ControlPlaneCluster, experiments: Experiments,
+                                                         kubeconfig: Path, tmp_path: Path) -> None:
+    ns, name = cluster.namespace, unique_name("sw")
+    template = tiny_ppo("template", cluster, stop={"timesteps": 100_000})["spec"]
+    manifest = tmp_path / "sweep.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep", "metadata": {"name": name},
+        "spec": {"template": template, "maxTrials": 2, "parallelism": 1, "search": {"algorithm": "random", "seed": 1},
+                 "parameters": [{"path": "config.lr", "type": "float", "low": 0.0001, "high": 0.001}]}}))
+    submitted = _kuberl(kubeconfig, "submit", "-f", str(manifest), "-n", ns)
+    assert submitted.returncode == 0, submitted.stderr
+    trial = f"{name}-t000"
+    experiments.wait(trial, lambda: experiments.get(trial), "the operator to create the sweep's first trial", timeout=120)
+    client = Client(str(kubeconfig), namespace=ns)
+    experiments.wait(trial, lambda: (client.get_sweep(name).get("status") or {}).get("trials"),
+                     "the sweep's status to record its first trial", timeout=120)
+
+    listed = _kuberl(kubeconfig, "list", "-n", ns)
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line and not line.startswith("NAME")]
+    assert f"rlsweep.kuberl.io/{name}" in names and f"rlexperiment.kuberl.io/{trial}" in names, listed.stdout
+    status = _kuberl(kubeconfig, "status", f"sweep/{name}", "-n", ns)
+    assert status.returncode == 0, status.stderr
+    rows = status.stdout.split("All trials:\n")[1].splitlines()
+    assert rows[1].split()[:2] == ["0", trial] and rows[0].split()[4] == "config.lr", status.stdout
+
+    deleted = _kuberl(kubeconfig, "delete", name, "-n", ns, "--wait", "--timeout", "120")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.splitlines()[0] == f"rlsweep.kuberl.io/{name} deleted from namespace {ns}"
+    experiments.wait(trial, lambda: experiments.get(trial) is None, "the garbage collector to remove the trials",
+                     timeout=120)
