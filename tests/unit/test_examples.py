@@ -25,7 +25,7 @@ MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 # Written to run on a cluster as they are (the lead's cartpole-ppo.yaml is the laptop demo).
 CLUSTER_READY = ["cartpole-apex.yaml", "cartpole-appo.yaml", "pendulum-ppo.yaml", "pendulum-sac.yaml", "custom-env.yaml", "minio.yaml",
                  "pong-apex.yaml", "pong-appo.yaml", "pong-ppo.yaml", "pong-ppo-1gpu.yaml", "halfcheetah-ppo.yaml",
-                 "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml"]
+                 "cartpole-kueue.yaml", "cartpole-gang.yaml", "cartpole-template.yaml", "cartpole-ppo-cluster.yaml"]
 
 
 @pytest.fixture(scope="module")
