@@ -2,8 +2,8 @@
 
 Each step groups the live agents of every env by the policy that acts for them (`PolicyMap`), asks each policy
 once for all of its agents' actions, and steps every env with its agents' actions. Each agent's steps are a
-`Segment` of its own, cut where the agent terminates or is truncated (or leaves without saying so, which counts
-as truncated), started where it appears (at the episode's start, or later). At the fragment's end each policy's
+`Segment` of its own, cut where the agent terminates or is truncated (or leaves without saying so: truncated and
+valued from the observation it was given on leaving, or terminated where it was given none), started where it appears (at the episode's start, or later). At the fragment's end each policy's
 segments are packed into [T, M] arrays (`segments.pack`): one `SampleBatch` per policy, that the single-agent
 learners take as they are. An env whose agents are all gone ends its episode (the team return is the sum of its
 agents' rewards) and resets in the same step.
@@ -71,6 +71,19 @@ class EpisodeState:
     returns: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, int] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def agent_end(terminated: bool, truncated: bool, alive: bool, given: Any, acted_on: Any) -> tuple[bool, bool, Any]:
+    """(terminated, truncated, next observation) of an agent's step, from the env's flags, whether the agent is
+    still in `env.agents`, the observation the step gave it (None: none) and the one it acted on.
+
+    An agent that leaves without a flag is cut there: truncated, valued from the observation it was given on
+    leaving, or, given none, terminated, as there is no next state to value and it earns nothing more in this env
+    (valuing the observation it acted on would count that state's future twice). A truncated agent given no
+    observation keeps the one it acted on."""
+    if not alive and not (terminated or truncated):
+        terminated, truncated = given is None, given is not None
+    return terminated, truncated, acted_on if given is None else given
 
 
 def env_action(space: gym.Space, action: np.ndarray) -> Any:
@@ -161,9 +174,9 @@ class MultiAgentRolloutWorker:
                 for agent, action in actions[i].items():
                     name = self._policy(agent)
                     reward = float(rewards.get(agent, 0.0))
-                    terminated = bool(terminateds.get(agent, False))
-                    truncated = bool(truncateds.get(agent, False)) or (agent not in alive and not terminated)
-                    raw_next = next_obs.get(agent, self.obs[i][agent])
+                    terminated, truncated, raw_next = agent_end(
+                        bool(terminateds.get(agent, False)), bool(truncateds.get(agent, False)), agent in alive,
+                        next_obs.get(agent), self.obs[i][agent])
                     segment = active[i].get(agent)
                     if segment is None:
                         segment = active[i][agent] = Segment(agent, i, t)
