@@ -28,18 +28,10 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
         first_workers = list(algo.sampler.actors)
         ray.kill(first_workers[0], no_restart=True)
         killed, replaced_after = time.monotonic(), None
-        best = 0.0
         restarts = 0
         reported_since_replacement: dict[str, dict] = {}  # an iteration reports only the workers that returned in it
         base = algo.params.worker_epsilon_base  # eps_i = base ** (1 + 7 i / (N - 1))
-
-        def replacement_explores_with_its_own_epsilon() -> bool:
-            # The replacement starts inside the epsilon warm-up, from the step count it was started at; on a
-            # loaded machine its slow first call can be the last report before the others' goals are met.
-            return reported_since_replacement.get("worker_1", {}).get("epsilon") == pytest.approx(base)
-
-        while algo.timesteps < 80_000 and (best < 60 or len(reported_since_replacement) < 2
-                                           or not replacement_explores_with_its_own_epsilon()):
+        while algo.timesteps < 80_000:  # judged at the end of the budget: a run that learned and fell away fails
             replaced_before = restarts > 0  # the iteration that replaced it may still report the old actor's last call
             result = algo.train()
             restarts = result["sampler"]["workerRestarts"]
@@ -47,13 +39,13 @@ def test_apex_learns_and_replaces_a_killed_rollout_worker() -> None:
                 replaced_after = time.monotonic() - killed
             if replaced_before:
                 reported_since_replacement.update(result["workers"])
-            best = max(best, result["episodeReturnMean"] or 0.0)
         assert restarts >= 1
         report_figures("apex-rollout-worker-killed", replaced_after_seconds=replaced_after, training_stopped=False)
         assert algo.sampler.actors[0] is not first_workers[0]
         assert set(reported_since_replacement) == {"worker_1", "worker_2"}  # the replacement samples again
-        # random play averages about 22; both shards fill and the learner keeps updating
-        assert best >= 60, best
+        # Random play averages about 22. The last 100 episodes at 80k steps averaged 289-422 on seeds 1, 2, 3 and 5
+        # (still rising), a window that passed 60 by 10-16k steps.
+        assert result["episodeReturnMean"] >= 150, result["episodeReturnMean"]
         assert set(shard_stats(result)) == {"shard_0", "shard_1"}
         assert all(stats["size"] > 0 for stats in shard_stats(result).values())
         learner = result["learner"]
