@@ -44,7 +44,8 @@ def test_schema_is_structural():
     for path, node in walk_schema(_schema()):
         for forbidden in ("$ref", "anyOf", "oneOf", "allOf", "const", "$defs", "title", "default"):
             assert forbidden not in node, f"{path} has {forbidden}"
-        has_type = "type" in node or node.get("x-kubernetes-int-or-string") is True
+        has_type = "type" in node or node.get("x-kubernetes-int-or-string") is True or node.get(
+            "x-kubernetes-preserve-unknown-fields") is True  # an untyped node: a scalar of any type (learner.bf16)
         assert has_type, f"{path} has no type"
 
 

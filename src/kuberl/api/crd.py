@@ -59,7 +59,9 @@ def _structural(node: Any) -> Any:
         node.setdefault("type", "string")
     if node.get("x-kubernetes-preserve-unknown-fields"):
         node.pop("additionalProperties", None)
-        node["type"] = "object"
+        if "type" not in node and not node.get("x-kuberl-scalar"):
+            node["type"] = "object"
+        node.pop("x-kuberl-scalar", None)
     if "properties" in node:
         node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
         node.pop("additionalProperties", None)

@@ -156,6 +156,12 @@ class ReplaySpec(StrictModel):
     prioritized: bool = Field(True, description="Proportional prioritized replay; false samples uniformly.")
 
 
+# auto, true or false: a scalar of two JSON types, which a structural schema can only say with an untyped node
+# (kuberl.api.crd leaves a node marked x-kuberl-scalar untyped) and an enum.
+Bf16Setting = Annotated[Literal["auto"] | bool, WithJsonSchema({
+    "enum": ["auto", True, False], "x-kubernetes-preserve-unknown-fields": True, "x-kuberl-scalar": True})]
+
+
 class LearnerSpec(StrictModel):
     gpus: int = Field(
         0, ge=0, json_schema_extra={"maximum": 1},
@@ -163,13 +169,15 @@ class LearnerSpec(StrictModel):
         "CUDA and some pod must provide the GPU.",
     )
 
-    bf16: bool = Field(
-        False,
-        description="Run the learner's forward passes under bfloat16 autocast (weights and optimizer stay "
-        "float32): on the GPU, or on a CPU with bfloat16 instructions (avx512_bf16, AMX), where it about halves "
-        "a conv learner's update time. PPO, IMPALA, APPO, DQN and Ape-X run only their encoders in bfloat16 and "
-        "their heads in float32; SAC runs its whole networks in it. Off by default: measure it on your hardware "
-        "first.",
+    bf16: Bf16Setting = Field(
+        "auto",
+        description="Run the learner's encoder passes under bfloat16 autocast (weights, optimizer, heads and "
+        "targets stay float32): auto, true or false. auto turns it on for a conv encoder (image observations) "
+        "where the learner's device computes bfloat16 natively: a GPU of compute capability 8.0 or later, or a "
+        "CPU with avx512_bf16 or amx_bf16 among its /proc/cpuinfo flags, where it about halves a conv learner's "
+        "update time; elsewhere the learner trains in float32. true turns it on anywhere, and on a device without "
+        "native bfloat16 warns: it is emulated there, roughly an order of magnitude slower per minibatch. The "
+        "choice is printed at start and recorded (the run record's learner.bf16).",
     )
     threads: int | None = Field(
         None, ge=1, le=256,
@@ -177,6 +185,13 @@ class LearnerSpec(StrictModel):
         "policy's too). Unset: 1 ($KUBERL_TORCH_THREADS overrides), fastest for small networks on a shared "
         "machine; a conv learner with the machine to itself runs faster on all its cores.",
     )
+
+    @field_validator("bf16", mode="before")
+    @classmethod
+    def _bf16_setting(cls, value: Any) -> Any:
+        if value != "auto" and not isinstance(value, bool):
+            raise ValueError(f"is {value!r}; use auto, true or false")
+        return value
 
     @field_validator("gpus")
     @classmethod

@@ -14,7 +14,7 @@ import copy
 import importlib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic.alias_generators import to_camel
 
@@ -106,9 +106,9 @@ class AlgorithmConfig:
         self._section("config").update(_camel(params))
         return self
 
-    def resources(self, *, learner_gpus: int | None = None, learner_bf16: bool | None = None,
+    def resources(self, *, learner_gpus: int | None = None, learner_bf16: bool | Literal["auto"] | None = None,
                   learner_threads: int | None = None) -> Self:
-        """spec.learner: its GPUs, bfloat16 autocast, torch's threads in its process."""
+        """spec.learner: its GPUs, bfloat16 autocast (auto, True, False), torch's threads in its process."""
         self._section("learner").update(_camel({"gpus": learner_gpus, "bf16": learner_bf16,
                                                 "threads": learner_threads}))
         return self

@@ -26,7 +26,7 @@ from torch import nn
 
 from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
-from kuberl.trainer.learning.device import learner_autocast, to_device
+from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.learning.reward_scale import RewardScale
 from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
@@ -116,10 +116,10 @@ class PPOLearner:
     """The actor-critic, its optimizer and the value scale; `update(batch)` is one iteration's epochs."""
 
     def __init__(self, model: ActorCritic, params: PPOParams, device: torch.device, rng: np.random.Generator, *,
-                 bf16: bool = False):
+                 bf16: Bf16Setting = False):
         self.params = params
         self.device = device
-        self.bf16 = bf16
+        self.bf16 = learner_bf16(bf16, device, model)  # spec.learner.bf16 resolved on this device
         self.model = model.to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.lr, eps=1e-5, foreach=True)
         self.value_scale = ValueScale()

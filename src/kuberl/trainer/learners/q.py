@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kuberl.api.hyperparams import DQNParams
-from kuberl.trainer.learning.device import learner_autocast, to_device
+from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
 from kuberl.trainer.replay.nstep import TRANSITION_KEYS
@@ -56,10 +56,10 @@ def weighted_td_loss(
 class QLearner:
     """Online and target Q-networks and their optimizer: one gradient step per `update(batch)`."""
 
-    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device, bf16: bool = False):
+    def __init__(self, network: QNetwork, params: DQNParams, device: torch.device, bf16: Bf16Setting = False):
         self.params = params
         self.device = device
-        self.bf16 = bf16
+        self.bf16 = learner_bf16(bf16, device, network)  # spec.learner.bf16 resolved on this device
         self.online = network.to(device)
         self.target = copy.deepcopy(self.online).eval()
         for p in self.target.parameters():

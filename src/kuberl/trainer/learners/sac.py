@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import SACParams
-from kuberl.trainer.learning.device import learner_autocast, to_device
+from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.sac_networks import SquashedGaussianActor, TwinQ
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
@@ -78,10 +78,10 @@ class SACLearner:
     """The actor, the twin Q-networks and their targets, log alpha, and one optimizer each."""
 
     def __init__(self, actor: SquashedGaussianActor, critic: TwinQ, params: SACParams, device: torch.device,
-                 bf16: bool = False):
+                 bf16: Bf16Setting = False):
         self.params = params
         self.device = device
-        self.bf16 = bf16
+        self.bf16 = learner_bf16(bf16, device, actor, critic)  # spec.learner.bf16 resolved on this device
         self.actor = actor.to(device)
         self.critic = critic.to(device)
         self.critic_target = copy.deepcopy(self.critic).eval()
@@ -101,6 +101,10 @@ class SACLearner:
     def alpha(self) -> float:
         return float(self.log_alpha.exp().item())
 
+    def _autocast(self) -> Any:
+        """The learner's bfloat16 autocast (`spec.learner.bf16`) for the encoders' passes; heads stay float32."""
+        return learner_autocast(self.device, self.bf16)
+
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters: Iterable[torch.Tensor]) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -115,27 +119,24 @@ class SACLearner:
         alpha = self.log_alpha.exp().detach()
 
         # critic: regress both Q-networks on the soft target from the target networks
-        with torch.no_grad(), learner_autocast(self.device, self.bf16):
-            next_action, next_logp = self.actor.sample(next_obs)
-            next_q1, next_q2 = self.critic_target(next_obs, next_action)
-            targets = critic_targets(t["reward"], t["discount"], next_q1.float(), next_q2.float(), next_logp.float(),
-                                     alpha)
-        with learner_autocast(self.device, self.bf16):
-            q1, q2 = self.critic(obs, action)
-        q_loss, td_errors = critic_loss(q1.float(), q2.float(), targets, t.get("weights"))
+        with torch.no_grad():
+            next_action, next_logp = self.actor.sample(next_obs, autocast=self._autocast)
+            next_q1, next_q2 = self.critic_target(next_obs, next_action, self._autocast)
+            targets = critic_targets(t["reward"], t["discount"], next_q1, next_q2, next_logp, alpha)
+        q1, q2 = self.critic(obs, action, self._autocast)
+        q_loss, td_errors = critic_loss(q1, q2, targets, t.get("weights"))
         self._step(self.critic_optimizer, q_loss, self.critic.parameters())
 
         # actor: reparameterised actions, scored by the critics just updated (their weights get no gradient)
         self.critic.requires_grad_(False)
-        with learner_autocast(self.device, self.bf16):
-            pi_action, logp = self.actor.sample(obs)
-            q1_pi, q2_pi = self.critic(obs, pi_action)
+        pi_action, logp = self.actor.sample(obs, autocast=self._autocast)
+        q1_pi, q2_pi = self.critic(obs, pi_action, self._autocast)
         self.critic.requires_grad_(True)
-        pi_loss = actor_loss(logp.float(), q1_pi.float(), q2_pi.float(), alpha)
+        pi_loss = actor_loss(logp, q1_pi, q2_pi, alpha)
         self._step(self.actor_optimizer, pi_loss, self.actor.parameters())
 
         # alpha: towards the target entropy
-        a_loss = alpha_loss(self.log_alpha, logp.detach().float(), self.target_entropy)
+        a_loss = alpha_loss(self.log_alpha, logp.detach(), self.target_entropy)
         self.alpha_optimizer.zero_grad(set_to_none=True)
         a_loss.backward()
         self.alpha_optimizer.step()
@@ -191,7 +192,7 @@ class SACLearner:
 
 
 def build_sac_learner(observation_space: Any, action_space: Any, params: SACParams, device: torch.device,
-                      bf16: bool = False) -> SACLearner:
+                      bf16: Bf16Setting = False) -> SACLearner:
     encoder = EncoderSpec.from_params(params)
     return SACLearner(SquashedGaussianActor(observation_space, action_space, encoder),
                       TwinQ(observation_space, action_space, encoder), params, device, bf16)

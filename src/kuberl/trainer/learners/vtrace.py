@@ -27,7 +27,7 @@ from torch import nn
 
 from kuberl.api.hyperparams import APPOParams, IMPALAParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
-from kuberl.trainer.learning.device import learner_autocast
+from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16
 from kuberl.trainer.learning.vtrace import (
     TraceClips,
     TraceSteps,
@@ -101,10 +101,10 @@ class VTraceLearner:
     """A policy-value network, its optimizer and (APPO) the target policy; `update(batch)` is one gradient step."""
 
     def __init__(self, model: PolicyValueNet, params: IMPALAParams, device: torch.device, *, loss: VTraceLoss,
-                 target_update_interval: int | None = None, bf16: bool = False):
+                 target_update_interval: int | None = None, bf16: Bf16Setting = False):
         self.params = params
         self.device = device
-        self.bf16 = bf16
+        self.bf16 = learner_bf16(bf16, device, model)  # spec.learner.bf16 resolved on this device
         self.loss_fn = loss
         self.model = model.to(device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.lr, eps=1e-5, foreach=True)

@@ -5,10 +5,15 @@ scale = (high - low) / 2 and bias = (high + low) / 2. Its log-density is the Gau
 the Jacobian, sum_i log(scale_i * (1 - tanh(u_i)^2)) (`squashed_log_prob`), so the entropy alpha is tuned
 on is that of the action the env gets. The encoder is the shared one (`encoders`): an MLP body for vectors,
 the conv stack for images; each Q-network has an encoder of its own and takes the action in env units.
+
+The learner's bfloat16 autocast (`spec.learner.bf16`) covers the encoders only: the actor's heads, its
+log-density and the Q-networks' heads run in float32. A Q-value of 500-1000 in bfloat16 (8-bit mantissa) moves in
+steps of 2-4, about one step's reward.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import gymnasium as gym
@@ -17,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kuberl.trainer.models.actor_critic import Autocast, encode
 from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space, linear_head
 from kuberl.trainer.models.mlp import mlp
 
@@ -59,13 +65,15 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("scale", torch.as_tensor(scale))
         self.register_buffer("bias", torch.as_tensor(bias))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.body(obs)
+    def forward(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        features = encode(self.body, obs, autocast)
         return self.mean(features), self.log_std(features).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+               autocast: Autocast = contextlib.nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
         """(action, log pi(action|obs)) by the reparameterisation u = mean + std * noise (gradients flow)."""
-        mean, log_std = self(obs)
+        mean, log_std = self(obs, autocast)
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         u = mean + log_std.exp() * noise
         return self.scale * torch.tanh(u) + self.bias, squashed_log_prob(u, mean, log_std, self.scale)
@@ -85,9 +93,10 @@ class QFunction(nn.Module):
         features = self.encoder.out_features if self.encoder is not None else int(np.prod(observation_space.shape))
         self.head = mlp(features + action_dim, encoder.hidden, 1, encoder.activation, out_gain=1.0)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        features = self.encoder(obs) if self.encoder is not None else obs.float().flatten(1)
-        return self.head(torch.cat([features, action.flatten(1)], dim=-1)).squeeze(-1)
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, autocast: Autocast = contextlib.nullcontext
+                ) -> torch.Tensor:
+        features = encode(self.encoder, obs, autocast) if self.encoder is not None else obs.float().flatten(1)
+        return self.head(torch.cat([features, action.float().flatten(1)], dim=-1)).squeeze(-1)
 
 
 class TwinQ(nn.Module):
@@ -99,5 +108,6 @@ class TwinQ(nn.Module):
         self.q1 = QFunction(observation_space, action_dim, encoder)
         self.q2 = QFunction(observation_space, action_dim, encoder)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.q1(obs, action), self.q2(obs, action)
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, autocast: Autocast = contextlib.nullcontext
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q1(obs, action, autocast), self.q2(obs, action, autocast)

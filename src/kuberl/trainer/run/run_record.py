@@ -5,7 +5,8 @@ It holds the resolved manifest (every default filled in, `spec.config` too), the
 Python, torch, Ray, Gymnasium, ale-py and the env's own package, the trainer image (the operator
 puts the name it built the head pod with into KUBERL_IMAGE; the digest the kubelet pulled is only in
 the pod's status, so the operator copies it into the RLExperiment's `status.imageID`), the seeds of
-every rollout worker, replay shard and evaluation, and the machine (CPU model, cores, GPUs).
+every rollout worker, replay shard and evaluation, the machine (CPU model and flags, cores, GPUs) and how the
+learner resolved `spec.learner.bf16` there.
 
 `build_record` is pure; `probe_environment` reads this process's machine and packages.
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.contract import ENV_IMAGE
+from kuberl.trainer.cpu import cpu_model, cpu_summary
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.storage.errors import NotFound
 
@@ -83,8 +85,10 @@ def seeds(seed: int | None, *, workers: int, envs_per_worker: int, shards: int, 
 
 
 def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attempt: int, run_uri: str,
-                 image: str | None, started_at: float, namespace: str | None = None) -> dict[str, Any]:
-    """The record of one attempt (pure)."""
+                 image: str | None, started_at: float, namespace: str | None = None,
+                 learner_bf16: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of one attempt (pure); `learner_bf16`: spec.learner.bf16 as resolved for the learner's device
+    (kuberl.trainer.run.task_defaults.bf16_record)."""
     spec = experiment.spec
     manifest = resolved_manifest(experiment)
     entry = REGISTRY[spec.algorithm]
@@ -103,18 +107,13 @@ def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attem
         "machine": environment["machine"],
         "seeds": seeds(manifest["spec"]["config"].get("seed"), workers=spec.rollouts.workers,
                        envs_per_worker=spec.rollouts.envs_per_worker, shards=shards, evaluation_episodes=evaluation),
+        "learner": {"bf16": learner_bf16},
         "manifest": manifest,
     }
 
 
 # -- probing this process's machine -------------------------------------------------------------------
-def cpu_model(cpuinfo: str) -> str | None:
-    """The CPU's model name from /proc/cpuinfo's text (x86 "model name", ARM "Model"/"CPU part" aside)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("model name", "Model", "Hardware") and value.strip():
-            return value.strip()
-    return None
+__all__ = ["cpu_model"]  # kuberl.trainer.cpu's, where it is kept with the CPU's flags
 
 
 def version_of(distribution: str) -> str | None:
@@ -167,28 +166,25 @@ def gpus() -> list[str]:
 
 def probe_environment(env_id: str) -> dict[str, Any]:
     """Versions and machine of this process."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = cpu_model(f.read())
-    except OSError:
-        cpu = None
+    cpu = cpu_summary()
     versions: dict[str, Any] = {name: version_of(name) for name in PACKAGES}
     versions["python"] = platform.python_version()
     versions["env"] = env_package(env_id)
     return {
         "versions": versions,
         "machine": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                    "cpuModel": cpu or platform.processor() or None, "cpuCount": os.cpu_count(),
+                    "cpuModel": cpu["cpu_model"], "cpuFlags": cpu["cpu_flags"], "cpuBf16": cpu["cpu_bf16"],
+                    "cpuCount": os.cpu_count(),
                     "usableCores": usable_cores(), "gpus": gpus(), "pythonExecutable": sys.executable},
     }
 
 
 # -- the store -------------------------------------------------------------------------------------------
-def write_record(store: ObjectStore, experiment: RLExperiment, *, attempt: int, namespace: str | None = None
-                 ) -> dict[str, Any]:
+def write_record(store: ObjectStore, experiment: RLExperiment, *, attempt: int, namespace: str | None = None,
+                 learner_bf16: dict[str, Any] | None = None) -> dict[str, Any]:
     record = build_record(experiment, probe_environment(experiment.spec.env.id), attempt=attempt,
                           run_uri=store.uri, image=os.environ.get(ENV_IMAGE) or None, started_at=time.time(),
-                          namespace=namespace)
+                          namespace=namespace, learner_bf16=learner_bf16)
     store.put_bytes(record_key(attempt), json.dumps(record, indent=1).encode())
     return record
 
@@ -226,6 +222,15 @@ def _seeds_text(table: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _bf16_text(machine: dict[str, Any], bf16: dict[str, Any] | None) -> list[str]:
+    flags = machine.get("cpuFlags")
+    lines = [f"cpu flags:  {' '.join(flags) if flags else 'none of avx2, avx512f, avx512_bf16, amx_bf16'}"
+             ] if flags is not None else []
+    if bf16:
+        lines.append(f"bf16:       {bf16.get('reason')} (learner.bf16 on {bf16.get('device')})")
+    return lines
+
+
 def record_text(record: dict[str, Any], *, attempts: int = 1) -> str:
     """A run record, readable (pure)."""
     import yaml
@@ -251,6 +256,7 @@ def record_text(record: dict[str, Any], *, attempts: int = 1) -> str:
         f"env:        {env.get('module') or '-'} from {package}",
         f"machine:    {machine.get('cpuModel') or 'unknown CPU'}, {machine.get('cpuCount')} cores, GPUs: "
         f"{', '.join(gpus) if gpus else 'none'}; {machine.get('hostname')}, {machine.get('platform')}",
+        *_bf16_text(machine, (record.get("learner") or {}).get("bf16")),
         *_seeds_text(record.get("seeds") or {}),
         "manifest (resolved, every default filled in):",
         *("  " + line for line in yaml.safe_dump(record.get("manifest") or {}, sort_keys=False).splitlines()),

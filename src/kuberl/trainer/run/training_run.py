@@ -223,8 +223,10 @@ class TrainingRun:
                   "this manifest's hyperparameters", file=self.out, flush=True)
         self.spec_text = yaml.safe_dump(self.experiment.to_manifest(), sort_keys=False)
         run.write_spec(self.spec_text)
+        bf16 = (self._defaults_record or {}).get("machine", {}).get("bf16")  # spec.learner.bf16 as resolved
         retry_transient(lambda: write_record(store, self.experiment, attempt=self.status.attempt,
-                                             namespace=self.namespace), "writing the run record", log=self.log)
+                                             namespace=self.namespace, learner_bf16=bf16),
+                        "writing the run record", log=self.log)
         if spec.traces.enabled:
             self.algo.episode_sink = self.traces
         print(f"training {spec.algorithm} on {spec.env.id}; run: {store.uri}", file=self.out, flush=True)
