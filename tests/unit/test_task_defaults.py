@@ -12,8 +12,10 @@ from pydantic.alias_generators import to_snake
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.defaults import (
     DEFAULTS,
+    NOT_MEASURED,
     SOURCES,
     TASK_KINDS,
+    RunBudget,
     applicable_kinds,
     defaults_line,
     resolved_defaults,
@@ -66,7 +68,8 @@ def test_each_set_validates_and_names_its_sources(algorithm, kind):
     env, preprocessing = ENVS[kind]
     name, values = resolved_defaults(experiment(algorithm, env, preprocessing), kind)
     assert name.endswith(f"defaults for {algorithm}")
-    assert values == chosen.plain()  # a manifest that sets none of them gets the whole set
+    budget = {path: 1000 for path, value in chosen.plain().items() if isinstance(value, RunBudget)}  # stop.timesteps
+    assert values == {**chosen.plain(), **budget}  # a manifest that sets none of them gets the whole set
     resolved = with_values(experiment(algorithm, env, preprocessing), values)
     params = hyperparams_for(resolved)
     for path, value in values.items():
@@ -187,18 +190,38 @@ def test_validate_without_the_env_says_who_decides(tmp_path, capsys):
     assert line.startswith("using the image defaults for dqn: lr=0.0001, trainBatchSize=32, learningStarts=100000")
 
 
-def test_images_in_process_get_an_env_a_core_and_ppo_keeps_its_batch():
-    assert image_envs_for_cores(8, 128, 16, keep_batch=True) == (16, 64)
-    assert image_envs_for_cores(8, 128, 16, keep_batch=False) == (16, 128)
-    assert image_envs_for_cores(8, 128, 2, keep_batch=True) == (8, 128)  # never fewer than published
-    assert image_envs_for_cores(8, 128, 500, keep_batch=True) == (64, 16)
+def test_images_in_process_get_an_env_a_core():
+    assert image_envs_for_cores(8, 16) == 16
+    assert image_envs_for_cores(8, 2) == 8  # never fewer than published
+    assert image_envs_for_cores(8, 500) == 64
+
+
+def _image_ppo(cores: int) -> tuple[dict[str, Any], dict[str, Any], int, int]:
+    """What the image set and a machine of `cores` give PPO on Pong: (values, record, fragment, minibatch)."""
+    resolved, defaults = resolve_task_defaults(experiment("ppo", "ALE/Pong-v5", "atari"), measure=False, cores=cores)
+    assert defaults is not None and defaults.kind == "image"
+    params = hyperparams_for(resolved)
+    assert resolved.spec.rollouts.envs_per_worker * resolved.spec.rollouts.fragment_length == \
+        defaults.machine["trainBatch"]
+    return defaults.values, defaults.machine, resolved.spec.rollouts.fragment_length, params.minibatch_size
+
+
+@pytest.mark.parametrize(("cores", "envs", "minibatches"), [(2, 8, 4), (8, 8, 4), (64, 64, 32)])
+def test_image_ppo_keeps_its_128_step_horizon_on_any_machine_and_its_batch_grows_with_the_envs(cores, envs,
+                                                                                                minibatches):
+    # CleanRL's and RL Zoo's 128-step fragments are PPO's GAE horizon: more cores bring more envs, not shorter
+    # fragments; the minibatch keeps CleanRL's 256 rows, so there are more of them.
+    values, record, fragment, minibatch = _image_ppo(cores)
+    assert fragment == 128 and minibatch == 256
+    assert values["rollouts.envsPerWorker"] == envs and "rollouts.fragmentLength" in values  # the set's 128
+    assert record["trainBatch"] == envs * 128 and record["minibatches"] == minibatches
 
 
 def test_machine_values_leave_the_manifests_envs_and_vector_tasks_alone():
     pong = with_values(experiment("ppo", "ALE/Pong-v5", "atari"), {"rollouts.envsPerWorker": 8,
                                                                    "rollouts.fragmentLength": 128})
     values, record = machine_values(pong, "image", set(), cores=16, measure=False)
-    assert values == {"rollouts.envsPerWorker": 16, "rollouts.fragmentLength": 64} and record["cores"] == 16
+    assert values == {"rollouts.envsPerWorker": 16} and record["cores"] == 16 and record["trainBatch"] == 2048
     values, _ = machine_values(pong, "image", {"rollouts.envsPerWorker"}, cores=16, measure=False)
     assert values == {}
     values, _ = machine_values(experiment("ppo", "Pendulum-v1"), "continuous-vector", set(), cores=16, measure=False)
@@ -298,3 +321,33 @@ def test_policies_of_different_kinds_get_no_defaults_and_the_line_says_why(tmp_p
     line = capsys.readouterr().out.splitlines()[1]
     assert line == ("no task-kind defaults: the policies' tasks differ in kind (runners: discrete-vector, "
                     "late: continuous-vector); set their values in the manifest")
+
+
+def test_sac_from_pixels_samples_uniformly_as_cleanrl_does():
+    _, values = resolved_defaults(experiment("sac", "Pendulum-v1"), "image")
+    assert values["replay.prioritized"] is False
+    assert ReplaySpec().prioritized is True  # the model's own default, which the set used to leave on
+
+
+def test_dqn_from_pixels_anneals_beta_over_the_runs_budget_not_until_learning_starts():
+    _, values = resolved_defaults(experiment("dqn", "ALE/Pong-v5", "atari", stop={"timesteps": 5_000_000}), "image")
+    assert values["config.priorityBetaTimesteps"] == 5_000_000 > values["config.learningStarts"]
+    _, unbounded = resolved_defaults(experiment("dqn", "ALE/Pong-v5", "atari", stop={"timeSeconds": 3600}), "image")
+    assert unbounded["config.priorityBetaTimesteps"] == 10_000_000  # RL Zoo's Atari budget
+    resolved = with_values(experiment("dqn", "ALE/Pong-v5", "atari", stop={"timesteps": 5_000_000}), values)
+    assert hyperparams_for(resolved).priority_beta_timesteps == 5_000_000
+    mine = experiment("dqn", "ALE/Pong-v5", "atari", config={"priorityBetaTimesteps": 200_000})
+    assert "config.priorityBetaTimesteps" not in resolved_defaults(mine, "image")[1]
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "appo"])
+def test_impala_and_appo_have_no_unmeasured_continuous_set_and_say_so(algorithm, tmp_path, capsys):
+    assert DEFAULTS[algorithm]["continuous-vector"].values == {}
+    resolved, defaults = resolve_task_defaults(experiment(algorithm, "Pendulum-v1"), measure=False)
+    assert defaults is not None and defaults.values == {} and defaults.record()["note"] == NOT_MEASURED
+    assert hyperparams_for(resolved) == REGISTRY[algorithm].hyperparams()  # the algorithm's own defaults
+    assert defaults.line() == (f"no continuous-control defaults for {algorithm}: no published or measured setting "
+                               "for this algorithm on continuous control, so the algorithm's own defaults apply "
+                               "(docs/manifest.md's hyperparameter tables)")
+    assert main(["validate", "-f", write(tmp_path, doc(algorithm, "Pendulum-v1"))]) == 0
+    assert f"no continuous-control defaults for {algorithm}" in capsys.readouterr().out

@@ -51,6 +51,8 @@ SOURCES: dict[str, str] = {
     "as RL Zoo's atari PPO",
     "rlzoo-dqn-atari": "RL Zoo hyperparams/dqn.yml, atari (lr 1e-4, batch 32, train every 4 steps, target every "
     "1,000 steps, 10% of 10M steps of exploration to 0.01, 100k buffer)",
+    "rainbow-beta": "Hessel et al. 2018 (Rainbow): the importance-sampling exponent beta annealed from 0.4 to 1 over "
+    "the whole of training, here the run's stop.timesteps (10M, RL Zoo's Atari budget, where it has none)",
     "cleanrl-dqn": "CleanRL dqn.py defaults (CartPole-v1, 500k steps: 488.69 +- 16.11): lr 2.5e-4, layers 120 and "
     "84, MSE loss, one update of 128 every 10 env steps after 10k, target every 500 env steps (50 updates), "
     "epsilon to 0.05, a uniform replay",
@@ -72,11 +74,27 @@ SOURCES: dict[str, str] = {
     "5 envs per worker, broadcast every 5 updates) with RLlib's IMPALA defaults (lr 5e-4, vf_loss_coeff 0.5, "
     "entropy 0.01, grad_clip 40)",
     "sac-images": "no published setting for SAC from pixels with continuous actions: CleanRL's SAC values with "
-    "one env and a 100k replay (a stacked 84x84x4 frame is 28 KB; 1M of them would not fit most machines)",
-    "gaussian-policy": "Gaussian policies on vector states: a running mean/std filter of the observations and no "
-    "entropy bonus, as in CleanRL's and RL Zoo's continuous-control settings (not measured here with this "
-    "algorithm)",
+    "one env and a uniform 100k replay (a stacked 84x84x4 frame is 28 KB; 1M of them would not fit most machines)",
 }
+# Why a kind an algorithm can act in has no set: its values would be guesses.
+NOT_MEASURED = ("none: no published or measured setting for this algorithm on continuous control, so the "
+                "algorithm's own defaults apply (docs/manifest.md's hyperparameter tables)")
+
+
+class RunBudget:
+    """A set's value that is the run's step budget: `spec.stop.timesteps`, else `without` (resolved_defaults)."""
+
+    def __init__(self, without: int) -> None:
+        self.without = without
+
+    def __repr__(self) -> str:
+        return "stop.timesteps"
+
+
+def _resolve_value(value: Any, experiment: RLExperiment) -> Any:
+    if isinstance(value, RunBudget):
+        return experiment.spec.stop.timesteps or value.without
+    return value
 
 
 @dataclass(frozen=True)
@@ -90,6 +108,7 @@ class DefaultSet:
     """One algorithm's defaults for one task kind: manifest paths under `spec` to values and their sources."""
 
     values: dict[str, Default]
+    note: str = ""  # why a set holds no values (NOT_MEASURED)
 
     def plain(self) -> dict[str, Any]:
         return {path: d.value for path, d in self.values.items()}
@@ -161,6 +180,8 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
                    replay__capacity=100_000),
             **_set("dqn-pixels-kept", config__nStep=3, config__doubleQ=True, config__dueling=True,
                    config__priorityAlpha=0.6),
+            # DQNParams' 100k steps of annealing would end when learning starts (learningStarts: 100k)
+            **_set("rainbow-beta", config__priorityBetaTimesteps=RunBudget(10_000_000)),
         }),
     },
     "apex-dqn": {
@@ -172,8 +193,7 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
     },
     "impala": {
         "discrete-vector": DefaultSet(_IMPALA_DISCRETE),
-        "continuous-vector": DefaultSet({**_IMPALA_DISCRETE, **_set("gaussian-policy", config__entropyCoeff=0.0,
-                                                                     config__observationFilter="mean_std")}),
+        "continuous-vector": DefaultSet({}, note=NOT_MEASURED),
         "image": DefaultSet(_set("rllib-impala-pong", config__lr=5e-4, config__vfCoeff=0.5,
                                  config__entropyCoeff=0.01, config__gradClip=40.0, config__trainBatchSize=1_000,
                                  config__broadcastInterval=5, rollouts__envsPerWorker=5,
@@ -181,8 +201,7 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
     },
     "appo": {
         "discrete-vector": DefaultSet(_APPO_DISCRETE),
-        "continuous-vector": DefaultSet({**_APPO_DISCRETE, **_set("gaussian-policy", config__entropyCoeff=0.0,
-                                                                   config__observationFilter="mean_std")}),
+        "continuous-vector": DefaultSet({}, note=NOT_MEASURED),
         "image": DefaultSet(_set("rllib-appo-pong", config__lr=5e-4, config__annealLr=False, config__vfCoeff=1.0,
                                  config__entropyCoeff=0.01, config__clipParam=0.4, config__gradClip=40.0,
                                  config__trainBatchSize=500, config__targetUpdateInterval=2,
@@ -198,7 +217,7 @@ DEFAULTS: dict[str, dict[TaskKind, DefaultSet]] = {
         }),
         "image": DefaultSet(_set("sac-images", config__lr=3e-4, config__criticLr=1e-3, config__alphaLr=1e-3,
                                  config__trainBatchSize=256, config__learningStarts=5_000,
-                                 replay__capacity=100_000, rollouts__envsPerWorker=1)),
+                                 replay__capacity=100_000, replay__prioritized=False, rollouts__envsPerWorker=1)),
     },
 }
 
@@ -259,8 +278,9 @@ def resolved_defaults(experiment: RLExperiment, kind: TaskKind) -> tuple[str, di
     """(the set's name, the values it sets that the manifest does not), keyed by manifest paths under `spec`.
 
     The name is "<kind label> defaults for <algorithm>"; where the algorithm cannot act in `kind` (dqn with
-    continuous actions, which the env checks refuse) the values are empty. PPO's minibatch is cut to the
-    train batch where the manifest's rollouts make that smaller.
+    continuous actions, which the env checks refuse) or its set is empty (`set_note`) the values are empty. PPO's
+    minibatch is cut to the train batch where the manifest's rollouts make that smaller; a RunBudget value is the
+    run's stop.timesteps.
     """
     algorithm = experiment.spec.algorithm
     name = f"{KIND_LABELS[kind]} defaults for {algorithm}"
@@ -268,7 +288,7 @@ def resolved_defaults(experiment: RLExperiment, kind: TaskKind) -> tuple[str, di
     if chosen is None:
         return name, {}
     taken = user_set_paths(experiment)
-    values = {path: value for path, value in chosen.plain().items() if path not in taken}
+    values = {path: _resolve_value(value, experiment) for path, value in chosen.plain().items() if path not in taken}
     if "config.minibatchSize" in values:
         values["config.minibatchSize"] = min(values["config.minibatchSize"], _train_batch(experiment, values))
     if experiment.spec.stop.timesteps is None:
@@ -293,6 +313,12 @@ def with_values(experiment: RLExperiment, values: dict[str, Any]) -> RLExperimen
     return validate_document(doc)
 
 
+def set_note(algorithm: str, kind: TaskKind) -> str:
+    """Why `algorithm` has no values for `kind` (empty where it has a set, or cannot act in the kind)."""
+    chosen = DEFAULTS[algorithm].get(kind)
+    return chosen.note if chosen is not None else ""
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return "null"  # as a manifest writes it
@@ -303,8 +329,11 @@ def _shown(value: Any) -> str:
     return str(value).replace(" ", "")
 
 
-def defaults_line(name: str, values: dict[str, Any]) -> str:
-    """`kuberl train`'s and `kuberl validate`'s line: what the defaults set and the manifest did not."""
+def defaults_line(name: str, values: dict[str, Any], note: str = "") -> str:
+    """`kuberl train`'s and `kuberl validate`'s line: what the defaults set and the manifest did not; `note`: why
+    there is no set."""
+    if note:
+        return f"no {name}: {note.removeprefix('none: ')}"
     if not values:
         return f"using the {name}: nothing to add, the manifest sets every value they hold"
     shown = ", ".join(f"{path.removeprefix('config.')}={_shown(value)}" for path, value in values.items())
@@ -353,8 +382,13 @@ def reference_sections() -> list[str]:
         "counts its `resources.limits.cpu`, not the node's CPUs):",
         "",
         "- `rollouts.envsPerWorker` for images sampled in the learner's process (`rollouts.workers: 0`): at least "
-        "one env a core (ALE's vector env steps them on a thread a core), at most 64; PPO shortens "
-        "`rollouts.fragmentLength` to keep its train batch. Vector envs step on one thread: cores change nothing.",
+        "one env a core (ALE's vector env steps them on a thread a core), at most 64. The fragment keeps its length "
+        "(PPO's 128 steps are its GAE horizon), so PPO's train batch grows with the envs and its minibatches keep "
+        "their size: 64 cores make 64 x 128 = 8,192 rows, 32 minibatches of 256. Vector envs step on one thread: "
+        "cores change nothing.",
+        "- `learner.bf16: auto` (the default) as the learner resolves it on its device (`defaults.machine.bf16`): "
+        "bfloat16 autocast for a conv encoder where the device computes bfloat16 natively (a CPU with avx512_bf16 or "
+        "amx_bf16, a GPU of compute capability 8.0 or later), float32 elsewhere.",
         "- Ape-X's `replayRatio` (learner updates per env step that sampling waits for): measured at start from a few "
         "updates of the network on the env's shape and a few hundred steps of one env; images aim at 1 replayed "
         "sample per env step (the paper's learner: about 0.8) and fall to what the learner sustains against the "
@@ -371,6 +405,8 @@ def reference_sections() -> list[str]:
                 out.append(f"| `{algorithm}` | | not applicable: it cannot act in this kind "
                            f"({' or '.join(REGISTRY[algorithm].action_spaces)} actions) | |")
                 continue
+            if chosen.note:
+                out.append(f"| `{algorithm}` | | {chosen.note} | |")
             for path, default in chosen.values.items():
                 out.append(f"| `{algorithm}` | `spec.{path}` | `{_shown(default.value)}` | {default.source} |")
     out += ["", "### Sources", "", *[f"- `{key}`: {text}" for key, text in SOURCES.items()]]

@@ -5,8 +5,9 @@ manifest left unset into the experiment (so the run's experiment.yaml, checkpoin
 trained), and adapts two values to the machine where the manifest did not set them:
 
 - `rollouts.envsPerWorker` for images sampled in the learner's process (`rollouts.workers: 0`): ALE's vector env
-  steps them on one thread per core, so fewer envs than cores leaves cores idle. PPO keeps its train batch
-  (envs x fragment) by shortening the fragment. Vector envs step on one thread, so cores do not change theirs.
+  steps them on one thread per core, so fewer envs than cores leaves cores idle. The fragment keeps its length
+  (PPO's 128 steps are its GAE horizon, as in CleanRL and RL Zoo), so PPO's train batch grows with the envs and
+  its minibatches keep their size (more of them). Vector envs step on one thread, so cores do not change theirs.
 - Ape-X's `replayRatio`, the learner updates per env step that sampling waits for: the published ratio where the
   learner can sustain it while the rollout workers sample at full speed, else what it can (down to a floor):
   measured at start from a few updates of the real network on the CPU on a batch of the env's shape and a few
@@ -16,6 +17,10 @@ A multi-agent (PettingZoo) env's kind comes from each policy's agents' spaces: w
 that kind's set applies to the run (`spec.config`, under each policy's own `config`), less what multi-agent runs
 refuse (`config.observationFilter`); where they differ, no set applies and the line says so. The machine's
 choices are for single-agent envs (ALE's vector env, Ape-X).
+
+`spec.learner.bf16` as the learner will resolve it on the device this process gives it (auto: bfloat16 for a
+conv encoder where the device computes it natively) is recorded under `defaults.machine.bf16`, and the line says
+it for image tasks and wherever it is true.
 
 The chosen values go into the first results line under `defaults`.
 """
@@ -30,11 +35,12 @@ from kuberl.api.defaults import (
     TaskKind,
     defaults_line,
     resolved_defaults,
+    set_note,
     task_kind,
     user_set_paths,
     with_values,
 )
-from kuberl.api.types import RLExperiment
+from kuberl.api.types import LearnerSpec, RLExperiment
 from kuberl.trainer.machine import usable_cores
 
 MAX_IMAGE_ENVS = 64
@@ -57,17 +63,24 @@ class TaskDefaults:
     values: dict[str, Any]  # manifest paths under spec -> values, those the manifest did not set
     machine: dict[str, Any] = field(default_factory=dict)  # what the machine chose, and what it was measured at
     policies: dict[str, TaskKind | None] = field(default_factory=dict)  # multi-agent: each policy's kind
+    note: str = ""  # why the kind's set is empty: its values were never measured (kuberl.api.defaults)
 
     def line(self) -> str:
         if self.kind is None:
             kinds = ", ".join(f"{name}: {kind or 'none'}" for name, kind in self.policies.items())
             return f"no task-kind defaults: the policies' tasks differ in kind ({kinds}); set their values in the manifest"
         note = self.machine.get("replayRatio")  # why Ape-X's replay ratio was not measured (yet)
-        return defaults_line(self.name, self.values) + (f"; replayRatio: {note}" if note else "")
+        line = defaults_line(self.name, self.values, self.note) + (f"; replayRatio: {note}" if note else "")
+        bf16 = self.machine.get("bf16")
+        if bf16 and (self.kind == "image" or bf16["setting"] is True):
+            line += f"; learner.bf16: {bf16['reason']}"
+        return line
 
     def record(self) -> dict[str, Any]:
         """The `defaults` entry of the first results line."""
         record = {"kind": self.kind, "name": self.name, "values": dict(self.values), "machine": dict(self.machine)}
+        if self.note:
+            record["note"] = self.note
         return {**record, "policies": dict(self.policies)} if self.policies else record
 
 
@@ -118,13 +131,25 @@ def detect_task_kind(experiment: RLExperiment) -> TaskKind | None:
     return _kind_of(spaces.observation_space, spaces.action_space)
 
 
-def image_envs_for_cores(envs: int, fragment: int, cores: int, *, keep_batch: bool) -> tuple[int, int]:
-    """(envs, fragment) for images stepped on `cores` threads: at least one env a core (at most MAX_IMAGE_ENVS);
-    with keep_batch the fragment shrinks so that envs x fragment stays about the same."""
-    more = max(envs, min(cores, MAX_IMAGE_ENVS))
-    if not keep_batch or more == envs:
-        return more, fragment
-    return more, max(1, (envs * fragment) // more)
+def image_envs_for_cores(envs: int, cores: int) -> int:
+    """Envs for images stepped on `cores` threads: at least one a core (at most MAX_IMAGE_ENVS), never fewer than
+    `envs`. The fragment is left alone: shortening it to keep the batch would cut PPO's GAE horizon (64 cores
+    would leave 16 of CleanRL's 128 steps)."""
+    return max(envs, min(cores, MAX_IMAGE_ENVS))
+
+
+def bf16_record(learner: LearnerSpec, *, conv: bool) -> dict[str, Any]:
+    """`spec.learner.bf16` as the learner resolves it on the device this process gives it (a GPU it cannot see
+    is left to the learner)."""
+    import torch
+
+    from kuberl.trainer.learning.device import learner_bf16_choice
+
+    if learner.gpus and not torch.cuda.is_available():
+        return {"setting": learner.bf16, "device": "cuda", "enabled": None,
+                "reason": "chosen by the learner on its GPU, which this process does not see"}
+    device = torch.device("cuda" if learner.gpus else "cpu")
+    return learner_bf16_choice(learner.bf16, device, conv=conv).record()
 
 
 def adaptive_replay_ratio(kind: TaskKind, batch: int, learner_samples_per_s: float,
@@ -197,13 +222,14 @@ def machine_values(experiment: RLExperiment, kind: TaskKind, taken: set[str], *,
     values: dict[str, Any] = {}
     record: dict[str, Any] = {"cores": cores}
     if kind == "image" and spec.rollouts.workers == 0 and "rollouts.envsPerWorker" not in taken:
-        keep_batch = spec.algorithm == "ppo" and "rollouts.fragmentLength" not in taken
-        envs, fragment = image_envs_for_cores(spec.rollouts.envs_per_worker, spec.rollouts.fragment_length, cores,
-                                              keep_batch=keep_batch)
+        envs = image_envs_for_cores(spec.rollouts.envs_per_worker, cores)
         if envs != spec.rollouts.envs_per_worker:
             values["rollouts.envsPerWorker"] = envs
-        if fragment != spec.rollouts.fragment_length:
-            values["rollouts.fragmentLength"] = fragment
+        if spec.algorithm == "ppo":  # the batch grows with the envs; the minibatch keeps its size
+            from kuberl.api.validation import hyperparams_for
+
+            batch = envs * spec.rollouts.fragment_length
+            record.update(trainBatch=batch, minibatches=max(1, round(batch / hyperparams_for(experiment).minibatch_size)))
     if spec.algorithm == "apex-dqn" and kind in APEX_SAMPLES_PER_STEP and "config.replayRatio" not in taken:
         if spec.learner.gpus:  # the paper's learner was a GPU's: it keeps up; and the driver leaves CUDA alone
             record["replayRatio"] = "the published one, for a learner on a GPU"
@@ -244,7 +270,8 @@ def resolve_task_defaults(experiment: RLExperiment, *, measure: bool = True,
         resolved = with_values(resolved, chosen)
         values = {**values, **chosen}
     record["chosen"] = sorted(chosen)
-    return resolved, TaskDefaults(kind, name, values, record)
+    record["bf16"] = bf16_record(resolved.spec.learner, conv=kind == "image")
+    return resolved, TaskDefaults(kind, name, values, record, note=set_note(experiment.spec.algorithm, kind))
 
 
 def _multi_agent_defaults(experiment: RLExperiment,
@@ -259,4 +286,5 @@ def _multi_agent_defaults(experiment: RLExperiment,
     name, values = resolved_defaults(experiment, kind)
     values = {path: value for path, value in values.items() if path not in MULTI_AGENT_REFUSED}
     resolved = with_values(experiment, values) if values else experiment
-    return resolved, TaskDefaults(kind, name, values, policies=policies)
+    return resolved, TaskDefaults(kind, name, values, {"bf16": bf16_record(resolved.spec.learner, conv=kind == "image")},
+                                  policies=policies, note=set_note(experiment.spec.algorithm, kind))
