@@ -141,10 +141,13 @@ def worst_seed(runs: list[dict[str, Any]]) -> float | None:
 
 
 def row_result(row: Row, timesteps: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A row's --json entry: the row, its budget, its seeds' runs, the worst seed and the verdict."""
+    """A row's --json entry: the row, its budget, its seeds' runs, the worst seed and the verdict, and the CPU it
+    ran on (cpu_model, cpu_bf16, cpu_flags)."""
+    from kuberl.trainer.cpu import cpu_summary
+
     worst = worst_seed(runs)
     return {**asdict(row), "budget": timesteps, "seeds": [run["seed"] for run in runs], "runs": runs,
-            "worst": worst, "atOrAbove": verdict(row, worst, timesteps)}
+            "worst": worst, "atOrAbove": verdict(row, worst, timesteps), **cpu_summary()}
 
 
 def run_row(row: Row, seeds: list[int], timesteps: int, work: Path) -> dict[str, Any]:

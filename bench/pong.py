@@ -4,7 +4,7 @@
     make bench-deps && PYTHONPATH=src:testing python bench/pong.py --seeds 1,2 --cap 7200 --rllib  # and RLlib
 
 kuberl trains examples/pong-ppo-cpu.yaml (PPO in the learner's process, ALE's vector env on every core, the
-learner under bfloat16 autocast) with `config.seed` set to each seed, one seed after the other, until the
+learner under bfloat16 autocast where the CPU computes it natively, learner.bf16: auto) with `config.seed` set to each seed, one seed after the other, until the
 100-game mean of the game score reaches 18 (at least 100 games finished) or --cap seconds of wall time pass
 (the build included). With --rllib, RLlib APPO with its own pong_appo.py settings (bench/atari.py's
 RLLIB_APPO: 2 env runners, a CPU learner) then trains each seed alone on the same machine, with the same
@@ -13,8 +13,9 @@ meanwhile: the two never share the cores, each has both of them in turn.
 
 Writes pong-<system>-seed<N>.json (the summary and every iteration's row) and pong.png (score against wall
 minutes and env steps, every run); prints one JSON line per run and, last, one with the worst kuberl seed's
-minutes_to_18 (null if a seed did not reach it), env_steps_to_18, final_score and sticky_actions, and RLlib's
-score at the minute the slowest kuberl seed reached 18.
+minutes_to_18 (null if a seed did not reach it), env_steps_to_18, final_score, sticky_actions and the CPU
+(cpu_model, cpu_bf16: native bfloat16, cpu_flags), and RLlib's score at the minute the slowest kuberl seed
+reached 18.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ GOAL = 18.0
 
 
 def machine() -> dict[str, Any]:
-    return {"cpuCores": os.cpu_count(), "python": platform.python_version(),
+    from kuberl.trainer.cpu import cpu_summary
+
+    return {"cpuCores": os.cpu_count(), **cpu_summary(), "python": platform.python_version(),
             "loadAverageAtStart": round(os.getloadavg()[0], 2)}
 
 
@@ -123,7 +126,8 @@ def main() -> int:
     worst = max(kuberl, key=lambda s: (s["minutes_to_18"] is None, s["minutes_to_18"] or 0, -s["final_score"]))
     final = {"worst_seed": worst["seed"], "minutes_to_18": None if None in reached else max(reached),
              "env_steps_to_18": worst["env_steps_to_18"], "final_score": worst["final_score"],
-             "sticky_actions": sticky, "seeds": seeds}
+             "sticky_actions": sticky, "seeds": seeds,
+             **{key: worst.get(key) for key in ("cpu_model", "cpu_bf16", "cpu_flags")}}
     if None not in reached:
         final["rllib_score_at_that_minute"] = {name: score_at(curve_of(run), max(reached) * 60)
                                                for name, run in runs.items() if name.startswith("RLlib")}
