@@ -235,6 +235,12 @@ def test_pbt_rounds_a_laggard_takes_the_leaders_checkpoint_and_a_restart_creates
     status = sweep_status(harness, ns, "pbt")
     assert status["pbtRound"] == 1 and status["trials"][0]["params"]["config.lr"] == laggard["config"]["lr"]
     assert status["trials"][0]["intermediate"] == [[500.0, 10.0]]
+    # Every member and round has a seed of its own, and the status lists each member's by round.
+    assert [t["seeds"] for t in status["trials"]] == [
+        [first["pbt-t000-r00"]["spec"]["config"]["seed"], laggard["config"]["seed"]],
+        [first["pbt-t001-r00"]["spec"]["config"]["seed"], leader["config"]["seed"]]]
+    assert len({seed for t in status["trials"] for seed in t["seeds"]}) == 4
+    assert laggard["config"]["annealTimesteps"] == leader["config"]["annealTimesteps"] == 1000
     wait_for(lambda: "PBTRound" in {e["reason"] for e in harness.events(ns)}, what="a PBTRound event")
 
     finish(harness, ns, "pbt-t001-r01", 70.0)
