@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kuberl.api.validation import validate_document
 from kuberl.trainer.multiagent.envs import agent_spaces
-from kuberl.trainer.multiagent.policy_map import PolicyMap
-from kuberl.trainer.multiagent.rollout_worker import MultiAgentPolicies, MultiAgentRolloutWorker
 from kuberl.trainer.sampling.policies import PPOPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import WorkerConfig
+from kuberl_testing.multi_agent_workers import multi_agent_worker
 
 LEAVING = "kuberl_testing.leaving_agents_env:leaving_agents_env"
 
@@ -19,16 +17,9 @@ def sample(fragment: int) -> dict[str, dict[str, np.ndarray]]:
     """Each agent's rows of one fragment (one policy per agent, so each has its own batch)."""
     from kuberl.api.hyperparams import PPOParams
 
-    agents = agent_spaces(LEAVING).agents
-    spec = {"algorithm": "ppo", "env": {"id": LEAVING}, "stop": {"timesteps": 10},
-            "multiAgent": {"policies": [{"name": agent, "agents": [agent]} for agent in agents]}}
-    experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
-                                    "metadata": {"name": "leaving"}, "spec": spec})
-    spaces = agent_spaces(LEAVING)
-    policy_map = PolicyMap.build(experiment.spec, spaces)
-    factories = dict.fromkeys(policy_map.names, PPOPolicyFactory.from_params(PPOParams()))
     config = WorkerConfig(env_id=LEAVING, num_envs=1, fragment_length=fragment, seed=1)
-    worker = MultiAgentRolloutWorker(config, MultiAgentPolicies(policy_map, factories, policy_map.spaces(spaces)))
+    policies = [{"name": agent, "agents": [agent]} for agent in agent_spaces(LEAVING).agents]
+    worker = multi_agent_worker(config, policies, factory=PPOPolicyFactory.from_params(PPOParams()))
     try:
         return {name: batch.data for name, batch in worker.sample().policy_batches.items()}
     finally:

@@ -3,53 +3,14 @@ batches, and GAE that stops where each agent's own trajectory does."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
-from kuberl.api.validation import validate_document
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.multiagent.envs import agent_spaces
-from kuberl.trainer.multiagent.policy_map import PolicyMap
-from kuberl.trainer.multiagent.rollout_worker import MultiAgentPolicies, MultiAgentRolloutWorker
 from kuberl.trainer.multiagent.segments import Segment, assign_columns, pack
 from kuberl.trainer.sampling.policies import PPOPolicyFactory
-from kuberl.trainer.sampling.rollout_worker import WorkerConfig
-
-RELAY = "kuberl_testing.multi_agent_envs:relay_env"
-
-
-class ParityPolicy:
-    """Acts the step's parity (the best action in RelayEnv), so every reward is 1 and returns are known."""
-
-    def __init__(self, observation_space: object, action_space: object, seed: int) -> None:
-        self.seed = seed
-
-    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return obs[:, 0].astype(np.int64), {"logp": np.zeros(len(obs), np.float32)}
-
-    def set_weights(self, weights: object) -> None: ...
-
-
-@dataclass(frozen=True)
-class ParityFactory:
-    def __call__(self, observation_space: object, action_space: object, seed: int) -> ParityPolicy:
-        return ParityPolicy(observation_space, action_space, seed)
-
-
-def relay_worker(policies: list[dict] | None, *, fragment: int = 10, envs: int = 1, id_feature: bool = False,
-                 factory: object = None, record_steps: bool = False) -> MultiAgentRolloutWorker:
-    spec = {"algorithm": "ppo", "env": {"id": RELAY}, "stop": {"timesteps": 10}}
-    if policies is not None or id_feature:
-        spec["multiAgent"] = {"policies": policies or [], "agentIdFeature": id_feature}
-    experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
-                                    "metadata": {"name": "relay"}, "spec": spec})
-    spaces = agent_spaces(RELAY)
-    policy_map = PolicyMap.build(experiment.spec, spaces)
-    factories = dict.fromkeys(policy_map.names, factory or ParityFactory())
-    config = WorkerConfig(env_id=RELAY, num_envs=envs, fragment_length=fragment, seed=1, record_steps=record_steps)
-    return MultiAgentRolloutWorker(config, MultiAgentPolicies(policy_map, factories, policy_map.spaces(spaces)))
+from kuberl_testing.multi_agent_workers import RELAY, relay_worker
 
 
 def test_segments_share_a_column_only_when_they_do_not_overlap() -> None:

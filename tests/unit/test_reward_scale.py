@@ -34,11 +34,15 @@ def test_the_running_return_carries_from_one_fragment_of_a_worker_to_its_next():
     ones = np.ones((4, 2))
     scale.scale(fragment(ones, worker=0))
     whole, _ = discounted_returns(np.ones((8, 2)), np.zeros((8, 2), bool), np.ones((8, 2), bool), 0.9, np.zeros(2))
-    np.testing.assert_allclose(scale.running[0], whole[3])
+
+    def running(worker: int) -> list[float]:  # a batch without column_keys: its columns are the worker's envs
+        return [scale.running[(worker, column)] for column in range(2)]
+
+    np.testing.assert_allclose(running(0), whole[3])
     scale.scale(fragment(ones, worker=1))  # another worker's envs start their own returns
-    np.testing.assert_allclose(scale.running[1], whole[3])
+    np.testing.assert_allclose(running(1), whole[3])
     scale.scale(fragment(ones, worker=0))
-    np.testing.assert_allclose(scale.running[0], whole[7])
+    np.testing.assert_allclose(running(0), whole[7])
 
 
 def test_rewards_are_divided_by_the_std_of_the_returns_and_clipped():
@@ -116,3 +120,59 @@ def test_the_statistics_are_in_the_checkpoint_and_come_back(tmp_path: Path):
                                                                                  float(stats.m2))
     finally:
         fresh.stop()
+
+
+def _returns_so_far(steps: int, gamma: float) -> list[float]:
+    """An episode of rewards 1: its discounted return after each step."""
+    return [sum(gamma ** i for i in range(k)) for k in range(1, steps + 1)]
+
+
+def test_a_replaced_workers_envs_start_their_own_returns():
+    """A rollout worker that replaces a dead one takes its index, not its envs: its episodes start at 0, as
+    those of a worker never seen before do (CartPole, real envs, mid-episode at the fragment's end)."""
+    from dataclasses import replace
+
+    from kuberl.trainer.sampling.rollout_worker import RolloutWorker, WorkerConfig
+
+    class Left:
+        def __init__(self, *args: object) -> None: ...
+
+        def compute_actions(self, obs: np.ndarray, explore: bool = True):
+            return np.zeros(len(obs), dtype=np.int64), {}
+
+        def set_weights(self, weights: object) -> None: ...
+
+    config = WorkerConfig("CartPole-v1", num_envs=2, fragment_length=4, seed=0)
+    dead, replacement = RolloutWorker(config, Left, 1), RolloutWorker(replace(config, seed=1), Left, 1)
+    try:
+        first, second = dead.sample(), replacement.sample()
+    finally:
+        dead.stop()
+        replacement.stop()
+    assert not (first.data["terminateds"] | first.data["truncateds"]).any()  # the dead one's episodes go on
+    inherited, fresh = RewardScale(gamma=0.9), RewardScale(gamma=0.9)
+    inherited.scale(first)
+    inherited.scale(second)
+    fresh.scale(first)
+    fresh.scale(replace(second, worker=2))  # a worker never seen before
+    assert inherited.stats.count == fresh.stats.count == 16
+    assert float(inherited.stats.mean) == pytest.approx(float(fresh.stats.mean))
+    assert float(fresh.stats.mean) == pytest.approx(np.mean(_returns_so_far(4, 0.9)))
+
+
+def test_multi_agent_running_returns_follow_their_agent_when_columns_are_reassigned():
+    """RelayEnv in fragments of 4: in the first runner_0, runner_1 and late_0 fill columns 0, 1 and 2; in the second
+    runner_1 and late_0 (runner_0 has left) fill columns 0 and 1. Each agent's return goes on from its own."""
+    from kuberl_testing.multi_agent_workers import relay_worker
+
+    worker = relay_worker(None, fragment=4)
+    scale = RewardScale(gamma=0.9)
+    batches = [worker.sample().policy_batches["shared"] for _ in range(2)]
+    assert [b.data["valid"].shape[1] for b in batches] == [3, 2]
+    for batch in batches:
+        scale.scale(batch)
+    # Every reward is 1 (the parity policy): runner_0 plays 3 steps, runner_1 8, late_0 6, each one episode.
+    expected = [*_returns_so_far(3, 0.9), *_returns_so_far(8, 0.9), *_returns_so_far(6, 0.9)]
+    assert scale.stats.count == len(expected)
+    assert float(scale.stats.mean) == pytest.approx(np.mean(expected))
+    assert float(scale.stats.std) == pytest.approx(np.std(expected), rel=1e-6)

@@ -8,6 +8,8 @@ in the learner's checkpoint, and the envs, their episode returns and the episode
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from kuberl.trainer.sampling.filters import CLIP, RunningStats
@@ -32,25 +34,32 @@ def discounted_returns(rewards: np.ndarray, dones: np.ndarray, valid: np.ndarray
 
 
 class RewardScale:
-    """The running std of discounted returns over every fragment the learner took, and each worker's envs'
-    returns in progress (`scale` keeps them from one of a worker's fragments to its next)."""
+    """The running std of discounted returns over every fragment the learner took, and the returns in progress of
+    every trajectory a fragment ended in the middle of (`scale` carries them to the fragment that goes on with it).
+
+    Those are kept by the batch's `column_keys`: an env of one rollout worker instance (a worker that replaces a
+    dead one starts its envs' returns at 0), or an agent in such an env (multi-agent columns are laid out anew
+    each fragment, and the return follows the agent, not the column)."""
 
     def __init__(self, gamma: float, clip: float = CLIP):
         self.gamma = gamma
         self.clip = clip
         self.stats = RunningStats(())
-        self.running: dict[int, np.ndarray] = {}  # worker index -> its envs' discounted returns so far
+        self.running: dict[Hashable, float] = {}  # a trajectory's key -> its discounted return so far
 
     def scale(self, batch: SampleBatch) -> np.ndarray:
         """The fragment's rewards divided by the std of the discounted returns (this fragment's included) and
         clipped to +-clip, as float32 [T, N]."""
         d = batch.data
         rewards = d["rewards"]
-        running = self.running.get(batch.worker)
-        if running is None or running.shape != rewards.shape[1:]:  # a new (or restarted) worker
-            running = np.zeros(rewards.shape[1:], dtype=np.float64)
-        returns, self.running[batch.worker] = discounted_returns(
+        keys = batch.column_keys or tuple(((batch.worker, c), (batch.worker, c)) for c in range(rewards.shape[1]))
+        # A trajectory's return is taken out as the fragment goes on with it, and put back only if it goes on after.
+        running = np.array([0.0 if first is None else self.running.pop(first, 0.0) for first, _ in keys])
+        returns, after = discounted_returns(
             rewards, d["terminateds"] | d["truncateds"], d["valid"], self.gamma, running)
+        for (_, last), value in zip(keys, after, strict=True):
+            if last is not None:
+                self.running[last] = float(value)
         self.stats.push_batch(returns[d["valid"]])
         scaled = rewards / np.sqrt(float(self.stats.std) ** 2 + EPSILON)
         return np.clip(scaled, -self.clip, self.clip).astype(np.float32)

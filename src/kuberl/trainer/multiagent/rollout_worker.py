@@ -14,6 +14,7 @@ agents' rewards) and resets in the same step.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from kuberl.trainer.multiagent.envs import multi_agent_factory, wrap_parallel
 from kuberl.trainer.multiagent.policy_map import PolicyMap
-from kuberl.trainer.multiagent.segments import Segment, pack
+from kuberl.trainer.multiagent.segments import Segment, column_keys, pack
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import (
     Policy,
@@ -98,6 +99,7 @@ class MultiAgentRolloutWorker:
     def __init__(self, config: WorkerConfig, policies: MultiAgentPolicies, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
+        self.instance = uuid.uuid4().hex  # see RolloutWorker.instance
         self.map = policies.policy_map
         factory = multi_agent_factory(config.env_id)
         assert factory is not None, f"{config.env_id!r} is not a multi-agent env"
@@ -211,8 +213,11 @@ class MultiAgentRolloutWorker:
         for name, policy_segments in segments.items():
             data = pack(policy_segments, length)
             if data:
+                keys = tuple((None if first is None else (self.instance, *first), None if last is None
+                              else (self.instance, *last)) for first, last in column_keys(policy_segments, length))
                 policy_batches[name] = SampleBatch(data=data, episodes=[], env_steps=int(data["valid"].sum()),
-                                                   worker=self.worker_index, policy_version=self.policy_version)
+                                                   worker=self.worker_index, policy_version=self.policy_version,
+                                                   column_keys=keys)
         return MultiAgentSampleBatch(
             policy_batches=policy_batches, episodes=episodes, env_steps=length * len(self.envs),
             agent_steps=agent_steps, worker=self.worker_index, policy_version=self.policy_version,

@@ -69,6 +69,21 @@ def assign_columns(segments: list[Segment]) -> tuple[list[int], int]:
     return column_of, len(column_ends)
 
 
+def column_keys(segments: list[Segment], length: int) -> list[tuple[tuple[int, str] | None, tuple[int, str] | None]]:
+    """Per column of `pack`'s arrays, the (env, agent) whose trajectory its first row goes on with (a segment from
+    row 0) and the one whose trajectory its last row goes on into (a segment to the last row, not done), or None.
+    Columns are laid out anew each fragment, so what follows an agent from one fragment to the next goes by these."""
+    segments = [s for s in segments if len(s)]
+    columns, width = assign_columns(segments)
+    keys: list[list[tuple[int, str] | None]] = [[None, None] for _ in range(width)]
+    for segment, column in zip(segments, columns, strict=True):
+        if segment.start == 0:
+            keys[column][0] = (segment.env, segment.agent)
+        if segment.end == length - 1 and not (segment.terminateds[-1] or segment.truncateds[-1]):
+            keys[column][1] = (segment.env, segment.agent)
+    return [(first, last) for first, last in keys]
+
+
 def pack(segments: list[Segment], length: int) -> dict[str, np.ndarray]:
     """The segments as [length, M, ...] arrays: obs, actions, rewards, terminateds, truncateds, next_obs, valid
     and the policy's extras (empty when there are no steps)."""
@@ -106,4 +121,4 @@ def pack(segments: list[Segment], length: int) -> dict[str, np.ndarray]:
     return data
 
 
-__all__ = ["Segment", "assign_columns", "pack"]
+__all__ = ["Segment", "assign_columns", "column_keys", "pack"]

@@ -18,7 +18,8 @@ the learner's episode, pressing FIRE first in a game that waits for it, and rese
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,6 +84,11 @@ class SampleBatch:
     filter_delta: RunningStats | None = None
     sample_seconds: float = 0.0
     env_seconds: float = 0.0  # of sample_seconds, the time spent stepping the envs (the rest: policy, copies)
+    # Per column: the key of the trajectory (one env's, or one agent's in one env) its first row goes on with,
+    # and of the one its last row goes on into, None where there is none; what the learner carries from one
+    # fragment to the next (reward normalization's running returns) is kept under these keys. Empty: (worker,
+    # column) for both.
+    column_keys: tuple[tuple[Hashable | None, Hashable | None], ...] = ()
 
 
 def stored_dtype(dtype: np.dtype) -> np.dtype:
@@ -143,6 +149,8 @@ class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
         self.worker_index = worker_index
+        # Names this worker's envs apart from those of a worker that had its index before it (and died).
+        self.instance = uuid.uuid4().hex
         n = config.num_envs
         threads = config.env_threads  # each group's: see env_groups.py
         self.groups = [EnvGroup(make_vector_env(config.env, num_envs=cols.stop - cols.start, threads=threads), cols)
@@ -214,6 +222,7 @@ class RolloutWorker:
             data=fragment.data(), episodes=fragment.episodes, env_steps=int(fragment.valid.sum()),
             worker=self.worker_index, policy_version=self.policy_version, filter_delta=self.filter.take_delta(),
             sample_seconds=time.perf_counter() - started, env_seconds=fragment.env_seconds,
+            column_keys=tuple(((self.instance, i), (self.instance, i)) for i in range(self.config.num_envs)),
         )
 
     def _act(self, group: EnvGroup, t: int, fragment: _Fragment) -> None:
