@@ -49,8 +49,9 @@ control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k
 e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the e2e scenarios and the real-server tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
 	E2E_CLUSTER=control-plane $(BIN)/python -m pytest -q -rs --durations=10 e2e
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and actionlint on the GitHub workflows
 	$(BIN)/ruff check src testing tests bench e2e
+	$(BIN)/actionlint .github/workflows/*.yaml
 
 crds: $(STAMP) ## regenerate the pod template schema (Kubernetes OpenAPI), crds/, the chart's CRDs, docs/manifest.md, docs/sweep-reference.md and docs/cli.md
 	$(BIN)/python -m kuberl.api.podtemplate
