@@ -54,11 +54,25 @@ def test_the_issue_example_is_valid():
 
 @pytest.mark.parametrize(("change", "expected"), [
     (lambda s: s["parameters"][0].update(path="config.lrr"),
-     "spec.parameters[0].path: 'config.lrr' is not a field of the template: template.config.lrr: unknown field "
-     "(did you mean 'lr'?)"),
+     "spec.parameters[0].path: 'config.lrr' is not a hyperparameter of ppo (did you mean 'config.lr'?)"),
     (lambda s: s["parameters"][0].update(path="rollouts.workerz", type="int", low=1, high=2, log=False),
-     "spec.parameters[0].path: 'rollouts.workerz' is not a field of the template"),
-    (lambda s: s["parameters"][0].update(path="stop.timesteps"), "spec.parameters[0].path: must match the pattern"),
+     "spec.parameters[0].path: 'rollouts.workerz' is not a field of rollouts (did you mean 'rollouts.workers'?)"),
+    (lambda s: s["parameters"][0].update(path="stop.timesteps"),
+     "spec.parameters[0].path: 'stop.timesteps' is not a path a sweep can set: a parameter sets config.NAME"),
+    (lambda s: s["parameters"][0].update(path="lr"), "spec.parameters[0].path: 'lr' is not a path a sweep can set"),
+    (lambda s: s["parameters"][0].update(path="config.learning_rate"),
+     "spec.parameters[0].path: 'config.learning_rate' is not a hyperparameter of ppo"),
+    (lambda s: s["parameters"][1].update(path="config.entropy_coeff"),
+     "spec.parameters[1].path: 'config.entropy_coeff' is not a hyperparameter of ppo (did you mean "
+     "'config.entropyCoeff'?)"),
+    (lambda s: s.update(objective={"metric": "episodeReturnMaen"}),
+     "spec.objective.metric: 'episodeReturnMaen' is not a result that ppo reports (did you mean "
+     "'episodeReturnMean'?)"),
+    (lambda s: s.update(objective={"metric": "learner.entropyy"}),
+     "spec.objective.metric: 'learner.entropyy' is not a statistic the ppo learner reports (did you mean "
+     "'learner.entropy'?)"),
+    (lambda s: s.update(objective={"metric": "replay.size"}), "spec.objective.metric: 'replay.size' is not a "
+     "result that ppo reports"),
     (lambda s: s["parameters"][0].update(high=5.0), "spec.parameters[0].high: config.lr=5.0 makes an invalid trial: "
      "template.config.lr: must be <= 1.0"),
     (lambda s: s["parameters"][0].update(low=0.01), "spec.parameters[0].high: must be greater than low (0.01)"),
@@ -87,7 +101,7 @@ def test_the_issue_example_is_valid():
     (lambda s: s["template"].update(stop={}), "spec.template.stop: set at least one of"),
     (lambda s: s["template"].update(algorithm="a2c"), "spec.template.algorithm: must be one of"),
     (lambda s: s.update(objective={"metric": "evaluationReturnMean"}),
-     "spec.objective.metric: evaluationReturnMean needs spec.template.evaluation"),
+     "spec.objective.metric: 'evaluationReturnMean' is reported only with spec.template.evaluation"),
     (lambda s: s.update(earlyStopping={"algorithm": "median", "interval": 100000}),
      "spec.earlyStopping.interval: is longer than spec.template.stop.timesteps"),
 ])

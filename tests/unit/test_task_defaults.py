@@ -121,7 +121,7 @@ def test_the_sets_differ_where_the_published_settings_do():
 
 
 def test_the_manifests_values_win_field_by_field():
-    exp = experiment("ppo", "Pendulum-v1", config={"lr": 0.001, "entropy_coeff": 0.02},
+    exp = experiment("ppo", "Pendulum-v1", config={"lr": 0.001, "entropyCoeff": 0.02},
                      rollouts={"workers": 0, "fragmentLength": 100})
     assert user_set_paths(exp) == {"config.lr", "config.entropyCoeff", "rollouts.workers", "rollouts.fragmentLength"}
     name, values = resolved_defaults(exp, "continuous-vector")

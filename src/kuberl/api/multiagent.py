@@ -80,9 +80,11 @@ def policy_config(spec: RLExperimentSpec, policy: PolicySpec) -> dict[str, Any]:
 
 
 def policy_params(experiment: RLExperiment, policy: PolicySpec) -> CommonParams:
-    """The policy's hyperparameters (raises pydantic's ValidationError; validation reports it by field)."""
+    """The policy's hyperparameters (raises pydantic's ValidationError; validation reports it by field), read by
+    their manifest names only, as spec.config is."""
     spec = experiment.spec
-    return REGISTRY[spec.algorithm].hyperparams.model_validate(policy_config(spec, policy))
+    return REGISTRY[spec.algorithm].hyperparams.model_validate(policy_config(spec, policy), by_alias=True,
+                                                               by_name=False)
 
 
 def policy_errors(experiment: RLExperiment) -> list[tuple[str, str]]:

@@ -60,8 +60,8 @@ FINISHED_TRIAL_STATES = frozenset({TrialState.SUCCEEDED, TrialState.PRUNED, Tria
 
 
 class SweepParameter(StrictModel):
-    path: str = Field(
-        max_length=253, pattern=PARAMETER_PATH_PATTERN,
+    path: str = Field(  # the pattern is the CRD's; validation says what a wrong path means, with the nearest right one
+        max_length=253, json_schema_extra={"pattern": PARAMETER_PATH_PATTERN},
         description="Where the value goes in the template: config.NAME (hyperparameters), rollouts.NAME or "
         "env.config.NAME, in the manifest's camelCase.",
     )

@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any
 
-from kuberl.api.sweep_types import KIND, PLURAL, RLSweep, RLSweepSpec, SweepParameter
-from kuberl.api.types import API_VERSION
+from pydantic.alias_generators import to_camel
+
+from kuberl.api.algorithms import REGISTRY
+from kuberl.api.results import metric_error
+from kuberl.api.sweep_types import KIND, PARAMETER_PATH_PATTERN, PLURAL, RLSweep, RLSweepSpec, SweepParameter
+from kuberl.api.types import API_VERSION, RLExperimentSpec, RolloutsSpec
 from kuberl.api.validation import (
+    ENVELOPE_FIELDS,
     FieldError,
     ManifestError,
     apply_overrides,
+    may_name_multi_agent_env,
+    nearest,
     parse_resource,
     parse_yaml,
+    unparsed_config_errors,
     validate_document,
 )
 
@@ -103,6 +112,49 @@ def _range_errors(index: int, parameter: SweepParameter, search: str) -> list[Fi
     return errors
 
 
+# The template's sections that no parameter sets (config, rollouts and env.config are swept).
+_TEMPLATE_SECTIONS = frozenset(f.alias or n for n, f in RLExperimentSpec.model_fields.items()) - {"config", "rollouts", "env"}
+
+
+def _settable(algorithm: str | None) -> dict[str, list[str]]:
+    """The fields a parameter may set under each of its roots, by their manifest names."""
+    fields = {"rollouts": [f.alias or n for n, f in RolloutsSpec.model_fields.items()]}
+    if algorithm in REGISTRY:
+        fields["config"] = [f.alias or n for n, f in REGISTRY[algorithm].hyperparams.model_fields.items()]
+    return fields
+
+
+def _nearest_path(path: str, settable: dict[str, list[str]]) -> str | None:
+    """The settable path a wrong one most likely means: its last name in manifest form (envs_per_worker), else
+    the nearest name under a root, else the nearest whole path."""
+    leaf = path.rpartition(".")[2]
+    by_leaf = {name: f"{root}.{name}" for root, names in settable.items() for name in names}
+    if to_camel(leaf) in by_leaf:
+        return by_leaf[to_camel(leaf)]
+    match = nearest(leaf, list(by_leaf))
+    return by_leaf[match] if match else nearest(path, list(by_leaf.values()))
+
+
+def parameter_path_error(path: str, algorithm: str | None) -> str | None:
+    """Why `path` is not one a sweep may set in a template of `algorithm` (None: it may; an algorithm the
+    template does not name leaves its hyperparameters to the template's own check)."""
+    settable = _settable(algorithm)
+    if re.match(PARAMETER_PATH_PATTERN, path):
+        root, _, rest = path.partition(".")
+        name = rest.split(".")[0]
+        if path.startswith("env.config.") or root not in settable or name in settable[root]:
+            return None
+        what = f"a hyperparameter of {algorithm}" if root == "config" else "a field of rollouts"
+    else:
+        what = ("a path a sweep can set: a parameter sets config.NAME (a hyperparameter), rollouts.NAME or "
+                "env.config.NAME, in the manifest's camelCase")
+        section = path.partition(".")[0]
+        if section in _TEMPLATE_SECTIONS:
+            return f"{path!r} is not {what}; spec.template.{section} is the same in every trial"
+    match = _nearest_path(path, settable)
+    return f"{path!r} is not {what}" + (f" (did you mean {match!r}?)" if match else "")
+
+
 def _template_errors(index: int, parameter: SweepParameter, template: dict[str, Any],
                      sweep_name: str) -> list[FieldError]:
     """Each value the parameter can take (its ends, or every categorical value) set into the template and
@@ -132,9 +184,10 @@ def cross_field_errors(sweep: RLSweep) -> list[FieldError]:
     try:  # the template's own cross-field and hyperparameter checks, named under spec.template
         validate_document({"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep.name},
                            "spec": template})
+        template_valid, errors = True, []
     except ManifestError as exc:
-        return [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in exc.errors]
-    errors: list[FieldError] = []
+        template_valid = False
+        errors = [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in exc.errors]
     paths = [p.path for p in spec.parameters]
     for index, parameter in enumerate(spec.parameters):
         if paths.index(parameter.path) != index:
@@ -145,8 +198,13 @@ def cross_field_errors(sweep: RLSweep) -> list[FieldError]:
             errors.append(FieldError(f"spec.parameters[{index}].path", "config.seed is set per run by seedsPerTrial; "
                                      "sweep other fields"))
             continue
+        path_error = parameter_path_error(parameter.path, spec.template.algorithm)
+        if path_error is not None:
+            errors.append(FieldError(f"spec.parameters[{index}].path", path_error))
+            continue
         range_errors = _range_errors(index, parameter, spec.search.algorithm)
-        errors += range_errors or _template_errors(index, parameter, template, sweep.name)
+        errors += range_errors or (_template_errors(index, parameter, template, sweep.name) if template_valid else [])
+    errors += _metric_errors(spec.objective.metric, template)
     search = spec.search
     if search.algorithm == "pbt":
         if search.pbt is None:
@@ -176,15 +234,51 @@ def cross_field_errors(sweep: RLSweep) -> list[FieldError]:
             and early.interval > spec.template.stop.timesteps:
         errors.append(FieldError("spec.earlyStopping.interval", "is longer than spec.template.stop.timesteps: no "
                                  "intermediate result would ever be reported"))
-    metric = spec.objective.metric
-    if metric == "evaluationReturnMean" and spec.template.evaluation is None:
-        errors.append(FieldError("spec.objective.metric", "evaluationReturnMean needs spec.template.evaluation"))
+    return errors
+
+
+def _metric_errors(metric: Any, template: Any) -> list[FieldError]:
+    """The objective against what the template's runs report; nothing where a callback may add results of its
+    own (spec.template.callbacks), or the template does not say its algorithm."""
+    if not isinstance(metric, str) or not isinstance(template, dict) or template.get("callbacks") is not None:
+        return []
+    algorithm, env = template.get("algorithm"), template.get("env")
+    if algorithm not in REGISTRY:
+        return []
+    env_id = env.get("id") if isinstance(env, dict) else None
+    why = metric_error(metric, algorithm, evaluation=template.get("evaluation") is not None,
+                       multi_agent=isinstance(env_id, str) and may_name_multi_agent_env(env_id))
+    return [] if why is None else [FieldError("spec.objective.metric", why)]
+
+
+def unparsed_sweep_errors(spec: Any, found: list[FieldError]) -> list[FieldError]:
+    """The checks of a sweep whose spec failed the schema that need only a few of its fields: the template's
+    hyperparameters, each parameter's path, the objective; each where the schema did not already name it."""
+    if not isinstance(spec, dict) or any(e.path in ENVELOPE_FIELDS for e in found):
+        return []
+    named = {e.path for e in found}
+    template = spec.get("template")
+    errors = unparsed_config_errors(template, "spec.template", found)
+    algorithm = template.get("algorithm") if isinstance(template, dict) else None
+    parameters = spec.get("parameters")
+    for index, parameter in enumerate(parameters if isinstance(parameters, list) else []):
+        path = parameter.get("path") if isinstance(parameter, dict) else None
+        where = f"spec.parameters[{index}].path"
+        why = parameter_path_error(path, algorithm) if isinstance(path, str) and where not in named else None
+        if why is not None:
+            errors.append(FieldError(where, why))
+    objective = spec.get("objective")
+    if isinstance(objective, dict) and "spec.objective.metric" not in named:
+        errors += _metric_errors(objective.get("metric", "episodeReturnMean"), template)
     return errors
 
 
 def validate_sweep_document(doc: dict[str, Any], *, strict: bool = True) -> RLSweep:
     """Validate a parsed RLSweep manifest; raises ManifestError naming every field at fault."""
-    sweep = parse_resource(doc, RLSweep, KIND, strict=strict)
+    try:
+        sweep = parse_resource(doc, RLSweep, KIND, strict=strict)
+    except ManifestError as exc:
+        raise ManifestError(exc.errors + unparsed_sweep_errors(doc.get("spec"), exc.errors)) from None
     errors = cross_field_errors(sweep)
     if errors:
         raise ManifestError(errors)

@@ -23,6 +23,7 @@ from kuberl.api.podtemplate import template_errors
 from kuberl.api.types import API_VERSION, KIND, PYTHON_NAME, RLExperiment
 
 ResourceT = TypeVar("ResourceT", bound=BaseModel)
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 MAX_MANIFEST_BYTES = 1_000_000
 MAX_YAML_NODES = 100_000
@@ -119,28 +120,60 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return doc
 
 
-def _suggest(word: str, candidates: list[str]) -> str:
+def nearest(word: str, candidates: list[str]) -> str | None:
+    """The candidate a misspelt `word` most likely means, or None when none is close."""
     match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    return match[0] if match else None
+
+
+def suggestion(word: str, candidates: list[str]) -> str:
+    """" (did you mean 'x'?)" for the nearest candidate, or nothing."""
+    match = nearest(word, candidates)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 def _model_fields(model: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
+def _unknown_field_hint(key: str, model: type[BaseModel]) -> str:
+    """A Python name (envs_per_worker) is answered with its manifest name exactly; anything else with the
+    nearest manifest name."""
+    field = model.model_fields.get(key)
+    if field is not None and field.alias and field.alias != key:
+        return f" (did you mean {field.alias!r}?)"
+    return suggestion(key, _model_fields(model))
+
+
+def validate_manifest_model(model: type[ModelT], data: Any) -> ModelT:
+    """`data` (a manifest's mapping) as `model`, read by the manifest's camelCase names only: the CRD knows no
+    other, so a Python name (envs_per_worker) that passed here would be pruned by the API server unread."""
+    return model.model_validate(data, by_alias=True, by_name=False)
+
+
 def _resolve_model(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model that a location's parent refers to, for did-you-mean hints."""
     model: type[BaseModel] | None = root
     for part in loc:
-        if model is None or not isinstance(part, str):
+        if isinstance(part, int):  # an item of a list of models: the list's field already named its model
+            continue
+        if model is None:
             return None
         field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         if field is None:
             return None
-        ann = field.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        model = _model_in(field.annotation)
     return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: itself, optional, or as the items of a list."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+        if getattr(candidate, "__origin__", None) is list:
+            return _model_in(candidate.__args__[0])
+    return None
 
 
 _MESSAGES = {
@@ -197,7 +230,7 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
         loc = err["loc"]
         if kind == "extra_forbidden":
             parent = _resolve_model(root, loc[:-1])
-            hint = _suggest(str(loc[-1]), _model_fields(parent)) if parent else ""
+            hint = _unknown_field_hint(str(loc[-1]), parent) if parent else ""
             message = f"unknown field{hint}"
         elif kind == "int_type" and isinstance(err.get("input"), float):
             message = "must be a whole number"
@@ -212,10 +245,20 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
 def hyperparams_for(experiment: RLExperiment) -> CommonParams:
     """The algorithm's hyperparameters from `spec.config`, validated (raises ManifestError)."""
     params_cls = REGISTRY[experiment.spec.algorithm].hyperparams
+    errors = config_errors(experiment.spec.algorithm, experiment.spec.config, "spec.config")
+    if errors:
+        raise ManifestError(errors)
+    return validate_manifest_model(params_cls, experiment.spec.config)
+
+
+def config_errors(algorithm: str, config: Any, path: str) -> list[FieldError]:
+    """What is wrong with `config` as the hyperparameters of `algorithm`, each error named under `path`."""
+    params_cls = REGISTRY[algorithm].hyperparams
     try:
-        return params_cls.model_validate(experiment.spec.config)
+        validate_manifest_model(params_cls, config)
     except ValidationError as exc:
-        raise ManifestError(_pydantic_errors(exc, params_cls, "spec.config")) from None
+        return _pydantic_errors(exc, params_cls, path)
+    return []
 
 
 def multi_agent_errors(experiment: RLExperiment) -> list[FieldError]:
@@ -378,14 +421,37 @@ def parse_resource(doc: dict[str, Any], model: type[ResourceT], kind: str, *, st
     if errors:
         raise ManifestError(errors)
     try:
-        return model.model_validate(body)
+        return validate_manifest_model(model, body)
     except ValidationError as exc:
         raise ManifestError(_pydantic_errors(exc, model, "")) from None
 
 
+ENVELOPE_FIELDS = ("apiVersion", "kind")
+
+
+def unparsed_config_errors(spec: Any, path: str, found: list[FieldError]) -> list[FieldError]:
+    """The hyperparameter check of a spec (`path`: spec, spec.template) whose other fields failed the schema: it
+    needs only the algorithm and the config, so its errors come in the same run as the others. Nothing where the
+    schema already named the algorithm or the config, or the document is not of the kind asked for."""
+    if not isinstance(spec, dict) or any(e.path in ENVELOPE_FIELDS for e in found):
+        return []
+    algorithm, config = spec.get("algorithm"), spec.get("config", {})
+    if not isinstance(algorithm, str) or algorithm not in REGISTRY or not isinstance(config, dict):
+        return []
+    taken = (f"{path}.algorithm", f"{path}.config")
+    if any(e.path == p or e.path.startswith(f"{p}.") for e in found for p in taken):
+        return []
+    return config_errors(algorithm, config, f"{path}.config")
+
+
 def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
-    """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects)."""
-    experiment = parse_resource(doc, RLExperiment, KIND, strict=strict)
+    """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects).
+    Every independent error comes at once: the hyperparameters are checked even where the rest of the
+    spec fails the schema; checks across fields need the fields valid and come once they are."""
+    try:
+        experiment = parse_resource(doc, RLExperiment, KIND, strict=strict)
+    except ManifestError as exc:
+        raise ManifestError(exc.errors + unparsed_config_errors(doc.get("spec"), "spec", exc.errors)) from None
     errors = cross_field_errors(experiment) + pod_template_errors(experiment) + multi_agent_errors(experiment)
     try:
         hyperparams_for(experiment)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 REQUEST_TIMEOUT = (10.0, 60.0)  # connect, read: an unreachable server fails in seconds, not minutes
 HEAD_CONTAINER = HEAD_ROLE  # the head pod's one container (operator/builders/pod.py)
+FIELD_VALIDATION = "Strict"  # the fieldValidation asked of the API server on create
 SWEEP_LABEL = "kuberl.io/sweep"  # on a sweep's trial runs (operator/builders/trial.py), with TRIAL_LABEL
 TRIAL_LABEL = "kuberl.io/trial"
 Waited = Callable[[dict[str, Any]], None]
@@ -68,8 +69,10 @@ class Client:
                                 namespace_given=namespace is not None or self.connection.namespace_given)
         ns = doc["metadata"]["namespace"]
         kind = SWEEP if resource.kind == SWEEP.kind else EXPERIMENT
+        # Strict: a field the CRD does not know is refused instead of pruned (Kubernetes >= 1.25; an older
+        # API server ignores the parameter, and the validation above has refused such a field already).
         return self._call(kind.what(resource.name), ns, self.custom.create_namespaced_custom_object,
-                          GROUP, VERSION, ns, kind.plural, doc)
+                          GROUP, VERSION, ns, kind.plural, doc, field_validation=FIELD_VALIDATION)
 
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self._get(EXPERIMENT, name, namespace)
