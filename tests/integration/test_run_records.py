@@ -46,7 +46,7 @@ def test_info_and_checkpoints_of_a_resumed_local_run_and_an_incompatible_checkpo
     assert "experiment: rec, attempt 1 (records of 2 attempt(s))" in info.stdout
     assert f"versions:   kuberl {__version__}, python " in info.stdout
     assert "env:        gymnasium.envs.classic_control.cartpole from gymnasium " in info.stdout
-    assert "worker 0: env seed 3 (4 envs)" in info.stdout and "evaluation episodes: 10003..10004" in info.stdout
+    assert "worker 0: env seed 3 (4 envs)" in info.stdout and "evaluation episodes: 4198403..4198404" in info.stdout
     record = json.loads(kuberl(tmp_path, "info", run.as_uri(), "-o", "json", "--attempt", "0").stdout)
     assert record["attempt"] == 0 and record["manifest"]["spec"]["stop"] == {"iterations": 4}
     assert record["manifest"]["spec"]["config"]["lr"] == 0.002  # a default the manifest never set

@@ -58,7 +58,7 @@ def test_the_record_holds_the_resolved_manifest_versions_machine_and_seeds():
     assert [w["index"] for w in table["workers"]] == [1, 2]
     assert [(w["envSeed"], w["envs"]) for w in table["workers"]] == [(1003, 3), (2003, 3)]
     assert table["workers"][0]["policySeed"] != table["workers"][1]["policySeed"]
-    assert table["evaluationEpisodes"] == [10003, 10006] and table["replayShards"] == []
+    assert table["evaluationEpisodes"] == [4_198_403, 4_198_406] and table["replayShards"] == []
     json.dumps(record)  # all of it is JSON
 
 

@@ -29,6 +29,7 @@ from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
 from kuberl.trainer.sampling.sampler import Sampler
+from kuberl.trainer.sampling.seeds import evaluation_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
 if TYPE_CHECKING:
@@ -335,8 +336,10 @@ class Algorithm:
                              seeds, record_first=record_first)
 
     def evaluation_seeds(self, episodes: int, seed: int | None = None) -> list[int]:
-        base_seed = seed if seed is not None else (self.params.seed or 0) + 10_000
-        return [base_seed + i for i in range(episodes)]
+        """The env seeds of `episodes` evaluation episodes: from `seed` on, or apart from every training env's."""
+        if seed is not None:
+            return list(range(seed, seed + episodes))
+        return evaluation_seeds(self.params.seed, episodes)
 
     def evaluate(self, episodes: int = 10, *, explore: bool = False, seed: int | None = None) -> dict[str, Any]:
         """Play whole episodes with the learner's policy (no learning); returns their statistics."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kuberl.trainer.evaluation.episodes import summarize
+from kuberl.trainer.sampling.seeds import evaluation_policy_seed
 
 if TYPE_CHECKING:
     from kuberl.api.types import EvaluationSpec
@@ -115,10 +116,10 @@ class Evaluator:
             # No CPU reservation: evaluation must never wait for rollout workers to give up theirs.
             worker = self.algo.evaluation_worker_class() or EvaluationWorker  # a multi-agent run has its own
             actor_class = ray.remote(worker).options(num_cpus=0, max_restarts=0, **ACTOR_OPTIONS)
-            seed = (self.algo.params.seed or 0) + 20_000
             make = self.algo.evaluation_env(self.spec.env_config)
             filter_kind = self.algo.params.observation_filter
-            self._actors = [actor_class.remote(make, policy_factory, filter_kind, seed + i)
+            self._actors = [actor_class.remote(make, policy_factory, filter_kind,
+                                               evaluation_policy_seed(self.algo.params.seed, i))
                             for i in range(self.spec.workers)]
         return self._actors
 

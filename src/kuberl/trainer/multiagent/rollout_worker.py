@@ -31,8 +31,8 @@ from kuberl.trainer.sampling.rollout_worker import (
     SampleBatch,
     WorkerConfig,
     episode_record,
-    worker_seeds,
 )
+from kuberl.trainer.sampling.seeds import worker_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
 
@@ -105,7 +105,7 @@ class MultiAgentRolloutWorker:
         assert factory is not None, f"{config.env_id!r} is not a multi-agent env"
         self.envs = [wrap_parallel(factory(**dict(config.env_config)), config.wrappers)
                      for _ in range(config.num_envs)]
-        env_seed, policy_seed = worker_seeds(config.seed, worker_index)
+        env_seed, policy_seed = worker_seeds(config.seed, worker_index, config.num_envs)
         self.policies = policies.build(policy_seed)
         self.policy_version = 0
         self.policy_of: dict[str, str] = {}

@@ -37,9 +37,7 @@ RECORDS = "run-record"
 RECORD_FORMAT = 1
 # The distributions whose versions decide what a run computes, besides the env's own.
 PACKAGES = ("kuberl", "torch", "ray", "gymnasium", "ale-py", "numpy")
-EVALUATION_SEED_OFFSET = 10_000  # Algorithm.evaluation_seeds: the first evaluation episode's seed past spec.config.seed
 SHARD_SEED_STRIDE = 7919  # replay.shard.ReplayShard: shard i's buffer draws from seed + 7919 * (i + 1)
-ENV_SEED_STRIDE = 1000  # sampling.rollout_worker.worker_seeds: worker i's envs reset from seed + 1000 * i
 
 
 def record_key(attempt: int) -> str:
@@ -63,7 +61,7 @@ def resolved_manifest(experiment: RLExperiment) -> dict[str, Any]:
 def seeds(seed: int | None, *, workers: int, envs_per_worker: int, shards: int, evaluation_episodes: int
           ) -> dict[str, Any]:
     """Every seed a run derives from spec.config.seed (None: each draws fresh entropy, the run cannot repeat)."""
-    from kuberl.trainer.sampling.rollout_worker import worker_seeds
+    from kuberl.trainer.sampling.seeds import evaluation_seeds, worker_seeds
 
     indices = [0] if workers == 0 else list(range(1, workers + 1))  # 0: sampling in the learner's process
     table: dict[str, Any] = {"seed": seed, "learner": seed}
@@ -72,15 +70,15 @@ def seeds(seed: int | None, *, workers: int, envs_per_worker: int, shards: int, 
         return table
     table["workers"] = []
     for index in indices:
-        env_seed, policy_seed = worker_seeds(seed, index)
+        env_seed, policy_seed = worker_seeds(seed, index, envs_per_worker)
         assert env_seed is not None
         # The worker's vector env resets from envSeed: Gymnasium gives env j of a sync vector env envSeed + j,
         # and a natively vectorised env (CartPole's) draws all of its envs from envSeed.
         table["workers"].append({"index": index, "envSeed": env_seed, "envs": envs_per_worker,
                                  "policySeed": policy_seed})
     table["replayShards"] = [seed + SHARD_SEED_STRIDE * (i + 1) for i in range(shards)]
-    first = seed + EVALUATION_SEED_OFFSET
-    table["evaluationEpisodes"] = [first, first + evaluation_episodes - 1] if evaluation_episodes else []
+    episodes = evaluation_seeds(seed, evaluation_episodes)
+    table["evaluationEpisodes"] = [episodes[0], episodes[-1]] if episodes else []
     return table
 
 

@@ -32,6 +32,7 @@ from kuberl.trainer.sampling.atari_vector import RESETS
 from kuberl.trainer.sampling.env_groups import EnvGroup, group_slices
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
+from kuberl.trainer.sampling.seeds import worker_seeds
 from kuberl.trainer.sampling.wrappers import WrapperSettings
 
 
@@ -104,20 +105,6 @@ def next_step_resets(info: dict[str, Any], done: np.ndarray) -> np.ndarray:
     return done if resets is None else np.asarray(resets, dtype=bool)
 
 
-def worker_seeds(seed: int | None, worker_index: int) -> tuple[int | None, int]:
-    """(the envs' reset seed, the policy's seed) of the worker at `worker_index`.
-
-    With a seed both follow from it, so a run repeats, and differ between workers. The policy's comes from a
-    `SeedSequence` child rather than the envs' integer, whose stream it would otherwise replay (numpy's and
-    Gymnasium's generators are both PCG64 seeded through a SeedSequence). Without a seed the envs reset from
-    fresh entropy and so does the policy: unseeded workers never share their exploration noise.
-    """
-    if seed is None:
-        return None, int(np.random.SeedSequence().generate_state(1)[0])
-    policy_seed = np.random.SeedSequence(seed, spawn_key=(worker_index,)).generate_state(1)[0]
-    return seed + 1000 * worker_index, int(policy_seed)
-
-
 class EpisodeCounter(Protocol):
     """A rollout worker, as far as its episode records go."""
 
@@ -159,7 +146,7 @@ class RolloutWorker:
         self.same_step_reset = autoreset_mode(first) == AutoresetMode.SAME_STEP
         obs_space = first.single_observation_space
         self.action_space = first.single_action_space
-        env_seed, policy_seed = worker_seeds(config.seed, worker_index)
+        env_seed, policy_seed = worker_seeds(config.seed, worker_index, config.num_envs)
         self.policy = policy_factory(obs_space, self.action_space, policy_seed)
         self.filter = make_filter(config.observation_filter, tuple(obs_space.shape))
         self.policy_version = 0
