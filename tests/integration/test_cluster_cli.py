@@ -24,6 +24,8 @@ from kuberl.cli import main
 from kuberl.client import AlreadyExists, Client, NotFound, WaitTimeout
 from kuberl.trainer.storage import open_store
 from kuberl.trainer.storage.logs import LogChunks
+from kuberl_testing.apiserver import EmulatorThread
+from kuberl_testing.apiserver.kubeconfig import write_kubeconfig
 from kuberl_testing.podrunner import api_client_from_kubeconfig
 from kuberl_testing.s3server import S3Server
 
@@ -432,3 +434,23 @@ def test_the_python_client_has_the_sweep_verbs(emulator: Path, api: k8s.ApiClien
     client.delete_sweep("cartpole-lr", wait=30)
     with pytest.raises(NotFound, match="rlsweep 'cartpole-lr' not found in namespace 'default'"):
         client.get_sweep("cartpole-lr")
+
+
+def test_a_kind_that_rbac_hides_is_left_out_not_fatal(tmp_path: Path) -> None:
+    """A user whose role grants rlexperiments but not rlsweeps lists, shows and deletes their experiments as
+    before; only when both kinds are refused is it an error."""
+    with EmulatorThread() as server:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+        assert kuberl(kubeconfig, "submit", "-f", str(EXAMPLE), "--set", "storage.uri=s3://bucket/runs").returncode == 0
+        server.call(server.emulator.inject_fault, "GET", r"/rlsweeps", 403, times=1000)
+        listed = kuberl(kubeconfig, "list")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.splitlines()[1].split()[0] == "rlexperiment.kuberl.io/cartpole-ppo"
+        assert listed.stderr.startswith("warning: rlsweeps in namespace 'default': forbidden")
+        assert kuberl(kubeconfig, "list", "sweeps").returncode == 1  # asked for alone: the refusal is the answer
+        assert "Algorithm:   ppo" in kuberl(kubeconfig, "status", "cartpole-ppo").stdout
+        assert kuberl(kubeconfig, "status", "nothing").returncode == 1  # it may be a sweep that RBAC hides
+        server.call(server.emulator.inject_fault, "GET", r"/rlexperiments", 403, times=1000)
+        refused = kuberl(kubeconfig, "list")
+        assert refused.returncode == 1 and refused.stderr.startswith("error: rlexperiments in namespace 'default': "
+                                                                     "forbidden")

@@ -29,7 +29,7 @@ from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE
 from kuberl.api.types import API_VERSION, GROUP, TERMINAL_PHASES, VERSION, Phase
 from kuberl.client import runs
 from kuberl.client.connection import Connection, connect
-from kuberl.client.errors import Ambiguous, ClientError, NotFound, WaitTimeout, from_api_error
+from kuberl.client.errors import Ambiguous, ClientError, Forbidden, NotFound, WaitTimeout, from_api_error
 from kuberl.client.formatting import recent_events, status_document, sweep_status_document
 from kuberl.client.kinds import EXPERIMENT, SWEEP, Kind, parse_reference
 from kuberl.client.manifests import ManifestSource, prepare
@@ -144,8 +144,18 @@ class Client:
         return sorted(items, key=lambda o: (o["metadata"].get("creationTimestamp") or "", o["metadata"]["name"]))
 
     def kinds_named(self, name: str, namespace: str | None = None) -> list[Kind]:
-        """Which of RLExperiment and RLSweep have an object called `name` in the namespace."""
-        return [kind for kind in (EXPERIMENT, SWEEP) if self._exists(kind, name, namespace or self.namespace)]
+        """Which of RLExperiment and RLSweep have an object called `name` in the namespace. A kind that RBAC
+        hides counts as absent, unless both are hidden (Forbidden)."""
+        found, refused = [], None
+        for kind in (EXPERIMENT, SWEEP):
+            try:
+                if self._exists(kind, name, namespace or self.namespace):
+                    found.append(kind)
+            except Forbidden as exc:
+                refused = refused or exc
+        if refused is not None and not found:
+            raise refused
+        return found
 
     def resolve(self, target: str, namespace: str | None = None) -> tuple[Kind, str]:
         """The kind and name of `sweep/NAME`, `rlexperiment/NAME` (...), or of a bare NAME: the one kind that

@@ -133,17 +133,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return _wait_and_report(client, meta["name"], meta["namespace"], args.timeout)
 
 
-def _listed(client: Any, kind: Kind, all_namespaces: bool, alone: bool) -> list[dict[str, Any]]:
-    """The objects of one kind; with both kinds asked for, a cluster without the RLSweep CRD has no sweeps."""
-    from kuberl.client import NotFound
+def _listed(client: Any, kinds: list[Kind], all_namespaces: bool) -> dict[Kind, list[dict[str, Any]]]:
+    """The objects of each kind. With both kinds asked for, one the cluster lacks (no RLSweep CRD) has none,
+    and one RBAC hides is left out with a warning, unless both are hidden."""
+    from kuberl.client import ClientError, Forbidden, NotFound
 
-    lister = client.list_sweeps if kind is SWEEP else client.list
-    try:
-        return lister(all_namespaces=all_namespaces)
-    except NotFound:
-        if alone:
-            raise
-        return []
+    found: dict[Kind, list[dict[str, Any]]] = {}
+    refused: list[ClientError] = []
+    for kind in kinds:
+        try:
+            found[kind] = (client.list_sweeps if kind is SWEEP else client.list)(all_namespaces=all_namespaces)
+        except (NotFound, Forbidden) as exc:
+            if len(kinds) == 1:
+                raise
+            found[kind] = []
+            if isinstance(exc, Forbidden):
+                refused.append(exc)
+    if len(refused) == len(kinds):
+        raise refused[0]
+    for exc in refused:
+        print(f"warning: {exc}", file=sys.stderr)
+    return found
 
 
 @_handled
@@ -152,7 +162,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     client = _client(args)
     kinds = [args.kind] if args.kind else list(KINDS)
-    found = {kind: _listed(client, kind, args.all_namespaces, len(kinds) == 1) for kind in kinds}
+    found = _listed(client, kinds, args.all_namespaces)
     if args.output in ("json", "yaml"):
         items = [item for kind in kinds for item in found[kind]]
         print(render({"apiVersion": "v1", "kind": "List", "items": items}, args.output))
