@@ -70,6 +70,54 @@ def test_train_refuses_before_starting_anything(tmp_path):
     assert not (tmp_path / "runs").exists(), "nothing may be written for a refused manifest"
 
 
+def test_three_mistakes_in_three_sections_are_three_errors_in_one_run(tmp_path):
+    text = GOOD.replace("stop: {timesteps: 1000}", "stop: {timestep: 1000}") + "  rolouts: {workers: 0}\n" \
+        + "  config: {lrr: 0.001}\n"
+    proc = kuberl("validate", "-f", write(tmp_path, text))
+    assert_refused(proc, "error: spec.rolouts: unknown field (did you mean 'rollouts'?)",
+                   "error: spec.stop.timestep: unknown field (did you mean 'timesteps'?)",
+                   "error: spec.config.lrr: unknown field (did you mean 'lr'?)")
+    assert len(proc.stderr.splitlines()) == 3, proc.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "train", "submit"])
+def test_a_python_field_name_never_passes_for_the_manifests(tmp_path, command):
+    text = GOOD + "  rollouts: {envs_per_worker: 4}\n  config: {entropy_coeff: 0.01}\n" \
+        + "  storage: {uri: 's3://bucket/runs'}\n"
+    extra = {"train": ["--storage", f"file://{tmp_path}/runs"], "submit": ["--dry-run"]}.get(command, [])
+    proc = kuberl(command, "-f", write(tmp_path, text), *extra, cwd=tmp_path)
+    assert_refused(proc, "error: spec.rollouts.envs_per_worker: unknown field (did you mean 'envsPerWorker'?)",
+                   "error: spec.config.entropy_coeff: unknown field (did you mean 'entropyCoeff'?)")
+    assert not (tmp_path / "runs").exists()
+
+
+SWEEP = textwrap.dedent(
+    """\
+    apiVersion: kuberl.io/v1alpha1
+    kind: RLSweep
+    metadata: {name: cli-sweep}
+    spec:
+      template:
+        algorithm: ppo
+        env: {id: CartPole-v1}
+        stop: {timesteps: 1000}
+      objective: {metric: episodeReturnMaen}
+      parameters:
+      - {path: stop.timesteps, type: int, low: 100, high: 200}
+    """
+)
+
+
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_a_sweep_names_its_path_and_objective_mistakes_before_any_trial(tmp_path, command):
+    proc = kuberl(command, "-f", write(tmp_path, SWEEP), cwd=tmp_path)
+    assert_refused(proc, "error: spec.parameters[0].path: 'stop.timesteps' is not a path a sweep can set",
+                   "error: spec.objective.metric: 'episodeReturnMaen' is not a result that ppo reports (did you "
+                   "mean 'episodeReturnMean'?)")
+    assert "must match the pattern" not in proc.stderr
+    assert not list(tmp_path.glob("kuberl-runs*")), "no trial may start"
+
+
 def test_set_override_errors_name_the_field(tmp_path):
     proc = kuberl("validate", "-f", write(tmp_path, GOOD), "--set", "rollouts.envsPerWorker=0")
     assert_refused(proc, "error: spec.rollouts.envsPerWorker: must be >= 1")
