@@ -134,6 +134,13 @@ def test_the_operator_refuses_python_names_in_a_sweep():
                       "spec.template.config.entropy_coeff: unknown field (did you mean 'entropyCoeff'?)"]
 
 
+def test_the_operator_refuses_a_sweep_whose_objective_no_trial_reports():
+    sweep, errors = validate_sweep_body(sweep_doc(objective={"metric": "episodeReturnMaen"}))
+    assert sweep is None
+    assert errors == ["spec.objective.metric: 'episodeReturnMaen' is not a result that ppo reports (did you mean "
+                      "'episodeReturnMean'?)"]
+
+
 def test_the_python_api_keeps_python_names():
     from kuberl.trainer.algorithms.ppo import PPOConfig
 
