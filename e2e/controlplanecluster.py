@@ -91,6 +91,20 @@ class ControlPlaneCluster(StandInCluster):
         return [f"{e['verb']} {e['requestURI']}" for e in self.audit(user=user, code="403")
                 if (e.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"]
 
+    def kill_and_restart_operator(self) -> None:
+        """SIGKILL the operator, as a crash or an OOM kill would (no shutdown: its peering record stays until
+        it expires, and the new one waits for that), and start a new one."""
+        assert self._operator is not None
+        self._operator.kill()
+        self._operator.wait(10)
+        self._start_operator()
+
+    def restart_apiserver(self) -> None:
+        """Restart kube-apiserver with the same flags, port, certificates and etcd data; back once /readyz
+        answers. Every watch and client connection to it breaks meanwhile."""
+        assert self.plane is not None
+        self.plane.restart("kube-apiserver")
+
     def diagnostics(self, namespace: str, lines: int = 40) -> str:
         text = super().diagnostics(namespace, lines)
         if self.node is not None and self.node.errors:

@@ -73,6 +73,7 @@ class ControlPlane:
         self.audit_log = self.work_dir / "logs" / "audit.log"
         self.started: list[Started] = []
         self._processes: dict[str, Any] = {}
+        self._args: dict[str, list[str]] = {}  # each component's flags, to start it again
         self.bring_up_seconds: float | None = None
         self._ca: CertificateAuthority | None = None
         self._opener: urllib.request.OpenerDirector | None = None
@@ -162,7 +163,20 @@ class ControlPlane:
         return urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                            urllib.request.HTTPSHandler(context=context))
 
+    def restart(self, name: str) -> None:
+        """Stop one component (SIGTERM, then SIGKILL after its grace) and start it again with the same flags,
+        certificates, port and data, as a control-plane node's restart would; the apiserver is waited for until
+        /readyz answers again."""
+        index = next(i for i, started in enumerate(self.started) if started.name == name)
+        processes.stop(self.started[index], self._processes.pop(name, None))
+        self._launch(name, self._args[name])
+        self.started[index] = self.started.pop()  # in its place: stop() stops in reverse start order
+        self._write_state()
+        if name == "kube-apiserver":
+            self._wait("kube-apiserver /readyz", lambda: self.get("/readyz")[0] == 200)
+
     def _launch(self, name: str, args: list[str]) -> None:
+        self._args[name] = args
         started, process = processes.launch(name, [str(self.binaries[name]), *args], os.environ,
                                             self.work_dir / "run", self.work_dir / "logs" / f"{name}.log")
         self.started.append(started)
