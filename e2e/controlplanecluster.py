@@ -30,7 +30,7 @@ from kuberl_testing.controlplane import ControlPlane
 from kuberl_testing.podrunner import PodRunner, RunnerOptions, api_client_from_kubeconfig
 from kuberl_testing.podrunner.node import NodeAgent
 from kuberl_testing.s3server import S3Server
-from kuberl_testing.standin import BUCKET, POD_ENV, UNPULLABLE_IMAGE, StandInCluster
+from kuberl_testing.standin import BUCKET, POD_ENV, StandInCluster
 
 NODE_NAME = "pod-runner"
 KUBECTL = helm_chart.ROOT / ".tools" / "bin" / "kubectl"
@@ -157,7 +157,7 @@ class ControlPlaneCluster(StandInCluster):
         self.node = NodeAgent(node_api, NODE_NAME).start()
         self.runner = PodRunner(node_api, RunnerOptions(
             work_dir=self.work_dir / "pods", fixed_ports={self.status_port: self.status_port}, extra_env=POD_ENV,
-            unpullable_images=re.escape(UNPULLABLE_IMAGE), node_name=NODE_NAME)).start()
+            unpullable_images=re.escape(self.unpullable_image), node_name=NODE_NAME)).start()
 
     def _prepare_namespace(self, core: k8s.CoreV1Api) -> None:
         super()._prepare_namespace(core)

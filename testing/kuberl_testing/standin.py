@@ -166,15 +166,19 @@ class StandInCluster:
         if not url.startswith("http"):
             raise RuntimeError(f"the API emulator did not start: {url!r}; see {self.work_dir / 'emulator.log'}")
 
-    def _start_operator(self) -> None:
+    def _operator_command(self) -> tuple[list[str], dict[str, str]]:
+        """The operator's argv and environment (its health port must be self.health_port)."""
         env = {**os.environ, "KUBECONFIG": str(self.operator_kubeconfig), "KUBERL_TRAINER_IMAGE": TRAINER_IMAGE,
                "KUBERL_STATUS_PORT": str(self.status_port), "KUBERL_STATUS_POLL_SECONDS": "1",
                "KUBERL_DEFAULT_HEAD_CPU": "1", "KUBERL_DEFAULT_HEAD_MEMORY": "2Gi",
                "KUBERL_DEFAULT_WORKER_CPU": "1", "KUBERL_DEFAULT_WORKER_MEMORY": "1Gi"}
+        return [str(BIN / "kuberl"), "operator", "--all-namespaces", "--metrics-port", str(self.metrics_port),
+                "--health-port", str(self.health_port)], env
+
+    def _start_operator(self) -> None:
+        argv, env = self._operator_command()
         log = open(self.operator_log, "ab")  # noqa: SIM115 (the child owns it)
-        self._operator = subprocess.Popen(
-            [str(BIN / "kuberl"), "operator", "--all-namespaces", "--metrics-port", str(self.metrics_port),
-             "--health-port", str(self.health_port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._operator = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._operator.poll() is not None:
