@@ -136,8 +136,8 @@ def test_the_crd_takes_auto_true_and_false_for_bf16():
 def test_the_run_record_holds_the_choice_and_the_cpus_flags():
     choice = resolve_bf16("auto", "cpu", cpu_flags=cpu_flags(AVX2_EPYC)).record()
     machine = {"cpuModel": "AMD EPYC 7B13", "cpuFlags": ["avx2"], "cpuBf16": False, "cpuCount": 2, "gpus": []}
-    record = build_record(validate_document(_doc({})), {"versions": {}, "machine": machine}, attempt=1,
-                          run_uri="file:///r", image=None, started_at=0.0, learner_bf16=choice)
+    record = build_record(validate_document(_doc({})), {"versions": {}, "machine": machine, "learner": {"bf16": choice}},
+                          attempt=1, run_uri="file:///r", image=None, started_at=0.0)
     assert record["learner"]["bf16"] == {"setting": "auto", "device": "cpu", "enabled": False, "native": False,
                                          "reason": choice["reason"]}
     text = record_text(record)

@@ -83,10 +83,9 @@ def seeds(seed: int | None, *, workers: int, envs_per_worker: int, shards: int, 
 
 
 def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attempt: int, run_uri: str,
-                 image: str | None, started_at: float, namespace: str | None = None,
-                 learner_bf16: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record of one attempt (pure); `learner_bf16`: spec.learner.bf16 as resolved for the learner's device
-    (kuberl.trainer.run.task_defaults.bf16_record)."""
+                 image: str | None, started_at: float, namespace: str | None = None) -> dict[str, Any]:
+    """The record of one attempt (pure). `environment` is what the trainer found where it runs: versions, machine,
+    and `learner`, spec.learner.bf16 as resolved for the learner's device (task_defaults.bf16_record)."""
     spec = experiment.spec
     manifest = resolved_manifest(experiment)
     entry = REGISTRY[spec.algorithm]
@@ -105,7 +104,7 @@ def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attem
         "machine": environment["machine"],
         "seeds": seeds(manifest["spec"]["config"].get("seed"), workers=spec.rollouts.workers,
                        envs_per_worker=spec.rollouts.envs_per_worker, shards=shards, evaluation_episodes=evaluation),
-        "learner": {"bf16": learner_bf16},
+        "learner": environment.get("learner", {"bf16": None}),
         "manifest": manifest,
     }
 
@@ -180,9 +179,9 @@ def probe_environment(env_id: str) -> dict[str, Any]:
 # -- the store -------------------------------------------------------------------------------------------
 def write_record(store: ObjectStore, experiment: RLExperiment, *, attempt: int, namespace: str | None = None,
                  learner_bf16: dict[str, Any] | None = None) -> dict[str, Any]:
-    record = build_record(experiment, probe_environment(experiment.spec.env.id), attempt=attempt,
-                          run_uri=store.uri, image=os.environ.get(ENV_IMAGE) or None, started_at=time.time(),
-                          namespace=namespace, learner_bf16=learner_bf16)
+    environment = {**probe_environment(experiment.spec.env.id), "learner": {"bf16": learner_bf16}}
+    record = build_record(experiment, environment, attempt=attempt, run_uri=store.uri,
+                          image=os.environ.get(ENV_IMAGE) or None, started_at=time.time(), namespace=namespace)
     store.put_bytes(record_key(attempt), json.dumps(record, indent=1).encode())
     return record
 
