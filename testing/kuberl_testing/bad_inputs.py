@@ -239,6 +239,7 @@ CASES: tuple[BadInput, ...] = (
     C("config.normalizeAdvantages", "maybe", WRONG_TYPE, False),
     C("config.normalizeRewards", "sometimes", WRONG_TYPE, False),
     C("config.annealLr", "yes", WRONG_TYPE, False),
+    C("config.annealTimesteps", 0, OUT_OF_RANGE, False),
     C("config.targetKl", 0, OUT_OF_RANGE, False),
     C("config.nStep", 0, OUT_OF_RANGE, False),
     C("config.doubleQ", 1, WRONG_TYPE, False),
