@@ -84,7 +84,9 @@ def test_pbt_sweep_survives_an_operator_kill_and_an_apiserver_restart(cluster, a
     cluster.restart_apiserver()
     final = experiments.wait(name, lambda: (s := sweeps.status(name)).get("phase") in ("Succeeded", "Failed") and s,
                              "the sweep to end", timeout=600, interval=1.0)
-    print(f"\nround 0 at the operator's kill: {at_kill}; round 1 at the apiserver's restart: {at_restart}")
+    (began, ready), = cluster.apiserver_restarts[-1:]
+    print(f"\nround 0 at the operator's kill: {at_kill}; round 1 at the apiserver's restart: {at_restart} "
+          f"(down and authorizing again after {ready - began:.1f} s)")
     assert final["phase"] == "Succeeded", experiments.explain(name)
 
     # -- no duplicate trial, no lost round --
