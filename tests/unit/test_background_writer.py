@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from kuberl.trainer.run.sinks import ResultSinks
 from kuberl.trainer.storage.background import BackgroundWriter
+
+HANG_GUARD_SECONDS = 30.0  # only a hang guard: every wait here ends on an event, in milliseconds when all is well
 
 
 class FlakySink:
@@ -46,24 +47,30 @@ def test_a_failing_sink_is_retried_and_sees_every_result_in_order():
 def test_submitting_never_waits_for_a_slow_job():
     background = BackgroundWriter()
     sink = FlakySink()
-    sink.gate.clear()  # the sink hangs
+    sink.gate.clear()  # the sink hangs until the test opens the gate
     sinks = ResultSinks([sink], background)
-    started = time.perf_counter()
-    for i in range(100):
-        sinks.write({"iteration": i})
-    assert time.perf_counter() - started < 1.0
-    assert not background.wait(timeout=0.2)
+    written = threading.Event()
+    writer = threading.Thread(target=lambda: ([sinks.write({"iteration": i}) for i in range(100)], written.set()))
+    writer.start()
+    assert written.wait(HANG_GUARD_SECONDS), "sinks.write waited for the hanging sink"  # a hang guard
+    assert sink.seen == [] and not background.wait(timeout=0.2)  # every write returned while the sink hung
     sink.gate.set()
     assert background.wait(timeout=10) and sink.seen == list(range(100))
     background.close()
+
+
+def _start_blocker(background: BackgroundWriter, gate: threading.Event) -> None:
+    """Submit a job that holds the writer until `gate` opens; return once it runs."""
+    running = threading.Event()
+    background.submit("blocker", lambda: (running.set(), gate.wait(HANG_GUARD_SECONDS)))
+    assert running.wait(HANG_GUARD_SECONDS), "the blocker never ran"  # a hang guard
 
 
 def test_beyond_its_limit_the_oldest_jobs_are_dropped_and_counted():
     background = BackgroundWriter(max_jobs=3)
     gate = threading.Event()
     done: list[int] = []
-    background.submit("blocker", gate.wait)
-    time.sleep(0.1)  # the blocker is running
+    _start_blocker(background, gate)
     for i in range(6):
         background.submit(f"job {i}", lambda i=i: done.append(i))
     gate.set()
@@ -75,8 +82,7 @@ def test_a_keyed_job_replaces_the_one_of_its_key_still_waiting():
     background = BackgroundWriter()
     gate = threading.Event()
     done: list[str] = []
-    background.submit("blocker", gate.wait)
-    time.sleep(0.1)  # the blocker is running
+    _start_blocker(background, gate)
     for i in range(5):
         assert background.submit(f"state {i}", lambda i=i: done.append(f"state {i}"), key="state")
     background.submit("other", lambda: done.append("other"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from kuberl.trainer.storage.checkpoints import (
     write_checkpoint,
 )
 from kuberl.trainer.storage.local import LocalStore
+from kuberl_testing.trainer_process import wait_for
 
 
 def state(i: int) -> dict[str, bytes]:
@@ -145,12 +145,16 @@ def test_rewrite_of_a_crashed_iteration_removes_the_stale_manifest_first(store: 
     assert files == state(7) and info.timesteps == 21
 
 
-class SlowStore(LocalStore):
-    """A local store whose puts take a while and can be made to fail."""
+HANG_GUARD_SECONDS = 30.0  # only a hang guard: each wait below ends on an event, in milliseconds when all is well
 
-    def __init__(self, root: Path, delay: float) -> None:
+
+class GatedStore(LocalStore):
+    """A local store whose puts wait while `gate` is closed and can be made to fail."""
+
+    def __init__(self, root: Path) -> None:
         super().__init__(root)
-        self.delay = delay
+        self.gate = threading.Event()
+        self.gate.set()
         self.failing = threading.Event()
         self.concurrent = 0
         self.in_flight: list[str] = []
@@ -166,7 +170,7 @@ class SlowStore(LocalStore):
                 self.in_flight.append(checkpoint)
                 self.max_checkpoints_at_once = max(self.max_checkpoints_at_once, len(set(self.in_flight)))
         try:
-            time.sleep(self.delay)
+            self.gate.wait(HANG_GUARD_SECONDS)
             if self.failing.is_set():
                 raise OSError("store unavailable")
             if key.endswith("model.pt"):
@@ -179,16 +183,29 @@ class SlowStore(LocalStore):
                     self.in_flight.remove(checkpoint)
 
 
+class ManualClock:
+    """A clock that moves only when the test moves it; counts its reads (the writer reads it on every wake)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
 def test_writer_does_not_block_and_coalesces(tmp_path: Path) -> None:
-    store = SlowStore(tmp_path, delay=0.05)
+    store = GatedStore(tmp_path)
+    store.gate.clear()  # checkpoint 1's put hangs until the test opens the gate
     writer = CheckpointWriter(store, keep=10)
-    started = time.monotonic()
     assert writer.submit(1, state(1), timesteps=10)
-    while not store.concurrent:  # checkpoint 1 is being written
-        time.sleep(0.001)
+    wait_for(lambda: store.concurrent, HANG_GUARD_SECONDS, "checkpoint 1's put to start")
     for i in range(2, 6):
         assert writer.submit(i, state(i), timesteps=i * 10)
-    assert time.monotonic() - started < 0.05  # submit returned without waiting for puts
+    # submit returned while checkpoint 1's put was still held: it never waits for a put
+    assert set(store.in_flight) == {"000001"} and not store.model_puts
+    store.gate.set()
     last = writer.wait(timeout=10)
     writer.close()
     assert last is not None and last.iteration == 5
@@ -200,13 +217,13 @@ def test_writer_does_not_block_and_coalesces(tmp_path: Path) -> None:
 
 
 def test_writer_retries_until_the_store_is_back(tmp_path: Path) -> None:
-    store = SlowStore(tmp_path, delay=0.0)
+    store = GatedStore(tmp_path)
     store.failing.set()
     written = []
     writer = CheckpointWriter(store, keep=3, on_written=written.append, max_backoff_seconds=0.2)
     writer.submit(1, state(1), timesteps=10)
-    time.sleep(0.5)
-    assert writer.failures >= 1 and writer.last is None
+    wait_for(lambda: writer.failures >= 1, HANG_GUARD_SECONDS, "a failed write")
+    assert writer.last is None
     store.failing.clear()
     assert writer.wait(timeout=10).iteration == 1
     assert [c.iteration for c in written] == [1]
@@ -237,16 +254,23 @@ def test_writer_applies_retention(tmp_path: Path) -> None:
 
 
 def test_new_checkpoints_during_an_outage_do_not_cut_the_backoff_short(tmp_path: Path) -> None:
-    store = SlowStore(tmp_path, delay=0.0)
+    store = GatedStore(tmp_path)
     store.failing.set()
-    writer = CheckpointWriter(store, keep=3, max_backoff_seconds=1.0)
-    for i in range(1, 301):  # a fast training loop: a checkpoint every 10 ms for 3 s
+    clock = ManualClock()  # backoffs of at most 1 s on this clock, which moves only below
+    writer = CheckpointWriter(store, keep=3, max_backoff_seconds=1.0, clock=clock)
+    writer.submit(1, state(1), timesteps=1)
+    wait_for(lambda: writer.failures == 1, HANG_GUARD_SECONDS, "the first failed write")
+    for i in range(2, 301):  # a fast training loop submits while the writer backs off
         writer.submit(i, state(i), timesteps=i)
-        time.sleep(0.01)
-    # Backoff 0.5, 1, 1, ... s: a handful of attempts, not one per submitted checkpoint.
-    assert 2 <= writer.failures <= 10, writer.failures
+    reads = clock.reads
+    wait_for(lambda: clock.reads > reads or writer.failures > 1, HANG_GUARD_SECONDS, "the writer to wake")
+    assert writer.failures == 1  # the submits woke it; its backoff was not over, so it did not try again
+    clock.now = 1.0  # past the first backoff: one more attempt, of the newest checkpoint
+    wait_for(lambda: writer.failures == 2, HANG_GUARD_SECONDS, "the second failed write")
     store.failing.clear()
-    assert writer.wait(timeout=10).iteration == 300  # the newest state is the one written
+    clock.now = 2.0  # past the second backoff
+    assert writer.wait(timeout=HANG_GUARD_SECONDS).iteration == 300  # the newest state is the one written
+    assert writer.failures == 2 and store.model_puts == ["checkpoints/000300/model.pt"]
     writer.close()
 
 

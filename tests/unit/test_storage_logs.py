@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from kuberl.trainer.storage.logs import (
     read_log,
     split_chunk,
 )
+from kuberl_testing.trainer_process import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,7 +100,7 @@ def test_the_chunk_being_filled_is_written_after_flush_seconds_without_a_close(t
     chunks = LogChunks(chunk_bytes=1 << 20, keep=4, flush_seconds=0.2)
     chunks.attach(store, attempt=0)
     chunks.write(b"first line\n")
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a hang guard
     while not store.exists(chunk_key(0, 0)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert store.get_bytes(chunk_key(0, 0)) == b"first line\n"
@@ -108,13 +110,18 @@ def test_the_chunk_being_filled_is_written_after_flush_seconds_without_a_close(t
 
 
 class _FailingTwice:
-    """A store whose first two puts fail (an unwell S3), then works: the writer retries."""
+    """A store whose puts wait until `gate` opens (60 s at most, a hang guard), and whose first two puts then
+    fail (an unwell S3), then works: the writer retries."""
 
     def __init__(self, store: LocalStore) -> None:
         self.store, self.failures = store, 2
         self.uri = store.uri
+        self.gate = threading.Event()
+        self.puts_started = 0
 
     def put_bytes(self, key: str, data: bytes) -> None:
+        self.puts_started += 1
+        self.gate.wait(timeout=60)
         if self.failures:
             self.failures -= 1
             raise OSError("503 Slow Down")
@@ -128,11 +135,13 @@ def test_a_failing_store_is_retried_and_writing_never_waits(tmp_path: Path) -> N
     store = LocalStore(tmp_path)
     writer = BackgroundWriter("test-logs", max_backoff_seconds=0.05)
     chunks = LogChunks(chunk_bytes=16, keep=10, flush_seconds=60)
-    chunks.attach(_FailingTwice(store), attempt=0, writer=writer)
-    started = time.monotonic()
+    failing = _FailingTwice(store)
+    chunks.attach(failing, attempt=0, writer=writer)
     for i in range(10):
         chunks.write(f"line {i}\n".encode())
-    assert time.monotonic() - started < 0.5
+    wait_for(lambda: failing.puts_started, 60, "the first chunk's put")  # a hang guard
+    assert failing.failures == 2  # ten lines written while the first put was still held: writing never waits
+    failing.gate.set()
     assert chunks.close(10)
     writer.close()
     assert writer.failures == 2

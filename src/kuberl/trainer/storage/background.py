@@ -30,14 +30,17 @@ class _Job:
     what: str  # names the job in warnings ("checkpoint 120", "videos/eval-000010.mp4")
     run: Callable[[], object]
     key: str | None  # a newer job with this key replaces this one while it waits
-    due: float  # time.monotonic() from which it may run
+    due: float  # the writer's clock() from which it may run
 
 
 class BackgroundWriter:
     def __init__(self, name: str = "kuberl-background", *, max_backoff_seconds: float = 10.0,
-                 max_jobs: int = MAX_QUEUED_JOBS, stop_on: tuple[type[Exception], ...] = ()) -> None:
-        """`stop_on`: errors no retry may fix (a newer attempt owns the run): one ends the writer."""
+                 max_jobs: int = MAX_QUEUED_JOBS, stop_on: tuple[type[Exception], ...] = (),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`stop_on`: errors no retry may fix (a newer attempt owns the run): one ends the writer. `clock`
+        times the delays and the backoff (a test moves its own; the writer reads it again on every wake)."""
         self.name = name
+        self._clock = clock
         self.max_backoff_seconds = max_backoff_seconds
         self.max_jobs = max_jobs
         self.stop_on = stop_on
@@ -61,7 +64,7 @@ class BackgroundWriter:
         with self._cond:
             if self._closed or self.stopped_by is not None:
                 return False
-            due = time.monotonic() + delay
+            due = self._clock() + delay
             waiting = self._waiting.get(key) if key is not None else None
             if waiting is not None:
                 waiting.what, waiting.run, waiting.due = what, job, min(waiting.due, due)
@@ -77,7 +80,7 @@ class BackgroundWriter:
     def hurry(self) -> None:
         """Let every delayed job run now (someone waits for it)."""
         with self._cond:
-            now = time.monotonic()
+            now = self._clock()
             for job in self._queue:
                 job.due = min(job.due, now)
             self._cond.notify_all()
@@ -142,7 +145,7 @@ class BackgroundWriter:
         """The first queued job that is due (every one once closed); None when the writer ends."""
         with self._cond:
             while self.stopped_by is None:
-                now = time.monotonic()
+                now = self._clock()
                 job = next((j for j in self._queue if self._closed or j.due <= now), None)
                 if job is not None:
                     self._take(job)
@@ -174,8 +177,10 @@ class BackgroundWriter:
         """Sleep the backoff; then what to try next: the newer job of its key if one waits, else the job
         again; None once the writer closed."""
         with self._cond:
-            delay = retry_delay(self._failing, cap=self.max_backoff_seconds)
-            if self._cond.wait_for(lambda: self._closed, timeout=delay):
+            deadline = self._clock() + retry_delay(self._failing, cap=self.max_backoff_seconds)
+            while not self._closed and (left := deadline - self._clock()) > 0:
+                self._cond.wait(left)  # a submit wakes it too: the backoff goes on until the deadline
+            if self._closed:
                 return None
             newer = self._waiting.get(job.key) if job.key is not None else None
             if newer is None:

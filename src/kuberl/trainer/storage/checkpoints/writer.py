@@ -63,6 +63,7 @@ class CheckpointWriter:
         on_written: Callable[[CheckpointInfo], None] | None = None,
         before_commit: Callable[[], object] | None = None,
         max_backoff_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.before_commit = before_commit
@@ -76,7 +77,7 @@ class CheckpointWriter:
         self._queued: int | None = None  # the iteration of the checkpoint waiting
         self._in_flight: int | None = None  # the iteration being written (a checkpoint or the best)
         self._writer = BackgroundWriter("kuberl-checkpoint-writer", max_backoff_seconds=max_backoff_seconds,
-                                        stop_on=(FencedError,))
+                                        stop_on=(FencedError,), clock=clock)
 
     @property
     def fenced(self) -> bool:
