@@ -45,6 +45,10 @@ FIELD_VALIDATION = "Strict"  # the fieldValidation asked of the API server on cr
 SWEEP_LABEL = "kuberl.io/sweep"  # on a sweep's trial runs (operator/builders/trial.py), with TRIAL_LABEL
 TRIAL_LABEL = "kuberl.io/trial"
 Waited = Callable[[dict[str, Any]], None]
+# `Client.list` hides the builtin in the class's annotations: these aliases name its results.
+Objects = list[dict[str, Any]]
+Kinds = list[Kind]
+Checkpoints = list["CheckpointInfo"]
 
 
 class Client:
@@ -71,13 +75,14 @@ class Client:
         kind = SWEEP if resource.kind == SWEEP.kind else EXPERIMENT
         # Strict: a field the CRD does not know is refused instead of pruned (Kubernetes >= 1.25; an older
         # API server ignores the parameter, and the validation above has refused such a field already).
-        return self._call(kind.what(resource.name), ns, self.custom.create_namespaced_custom_object,
-                          GROUP, VERSION, ns, kind.plural, doc, field_validation=FIELD_VALIDATION)
+        created: dict[str, Any] = self._call(kind.what(resource.name), ns, self.custom.create_namespaced_custom_object,
+                                             GROUP, VERSION, ns, kind.plural, doc, field_validation=FIELD_VALIDATION)
+        return created
 
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self._get(EXPERIMENT, name, namespace)
 
-    def list(self, *, all_namespaces: bool = False, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list(self, *, all_namespaces: bool = False, namespace: str | None = None) -> Objects:
         return self._list(EXPERIMENT, all_namespaces, namespace)
 
     def delete(self, name: str, namespace: str | None = None, *, wait: float | None = None) -> None:
@@ -85,7 +90,7 @@ class Client:
         return only once it is gone (WaitTimeout after that many seconds)."""
         self._delete(EXPERIMENT, name, namespace, wait)
 
-    def events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def events(self, name: str, namespace: str | None = None) -> Objects:
         """The experiment's Events, oldest first (each as the API server stores it)."""
         return self._events(EXPERIMENT, name, namespace)
 
@@ -94,7 +99,7 @@ class Client:
         and the recent events, as `kuberl status -o json` prints them."""
         return status_document(self.get(name, namespace), self.events(name, namespace))
 
-    def recent_events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def recent_events(self, name: str, namespace: str | None = None) -> Objects:
         return recent_events(self.events(name, namespace))
 
     def wait(self, name: str, *, timeout: float | None = None, phases: frozenset[str] | set[str] = TERMINAL_PHASES,
@@ -108,14 +113,14 @@ class Client:
     def get_sweep(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self._get(SWEEP, name, namespace)
 
-    def list_sweeps(self, *, all_namespaces: bool = False, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list_sweeps(self, *, all_namespaces: bool = False, namespace: str | None = None) -> Objects:
         return self._list(SWEEP, all_namespaces, namespace)
 
     def delete_sweep(self, name: str, namespace: str | None = None, *, wait: float | None = None) -> None:
         """Delete the sweep; its trials' RLExperiments (and their pods) go with it, their storage stays."""
         self._delete(SWEEP, name, namespace, wait)
 
-    def sweep_events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def sweep_events(self, name: str, namespace: str | None = None) -> Objects:
         return self._events(SWEEP, name, namespace)
 
     def sweep_status(self, name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -132,7 +137,7 @@ class Client:
                                         "best"), timeout=timeout, phases=phases, namespace=namespace,
                           interval=interval, on_change=on_change)
 
-    def sweep_trials(self, name: str, namespace: str | None = None, *, trial: int | None = None) -> list[dict[str, Any]]:
+    def sweep_trials(self, name: str, namespace: str | None = None, *, trial: int | None = None) -> Objects:
         """The RLExperiments the sweep runs as its trials (only trial `trial`'s with it), oldest first."""
         ns = namespace or self.namespace
         selector = f"{APP_LABEL}={APP_NAME},{SWEEP_LABEL}={names.experiment_label(name)}"
@@ -143,10 +148,11 @@ class Client:
         items = list(found.get("items") or [])
         return sorted(items, key=lambda o: (o["metadata"].get("creationTimestamp") or "", o["metadata"]["name"]))
 
-    def kinds_named(self, name: str, namespace: str | None = None) -> list[Kind]:
+    def kinds_named(self, name: str, namespace: str | None = None) -> Kinds:
         """Which of RLExperiment and RLSweep have an object called `name` in the namespace. A kind that RBAC
         hides counts as absent, unless both are hidden (Forbidden)."""
-        found, refused = [], None
+        found: Kinds = []
+        refused: Forbidden | None = None
         for kind in (EXPERIMENT, SWEEP):
             try:
                 if self._exists(kind, name, namespace or self.namespace):
@@ -181,7 +187,8 @@ class Client:
                                   names.head_name(name), ns, _preload_content=False)
         except NotFound:
             return None
-        return json.loads(response.data)
+        pod: dict[str, Any] = json.loads(response.data)
+        return pod
 
     def pod_log(self, name: str, *, follow: bool = False, tail: int | None = None,
                 namespace: str | None = None) -> Iterator[str]:
@@ -205,12 +212,12 @@ class Client:
         return runs.open_run(runs.run_uri(obj), endpoint=endpoint or storage.get("endpoint"),
                              region=storage.get("region"))
 
-    def results(self, name: str, *, endpoint: str | None = None, namespace: str | None = None) -> list[dict[str, Any]]:
+    def results(self, name: str, *, endpoint: str | None = None, namespace: str | None = None) -> Objects:
         """results.jsonl: one dict per training iteration."""
         return runs.read_results(self.open_run(name, endpoint=endpoint, namespace=namespace))
 
     def checkpoints(self, name: str, *, endpoint: str | None = None,
-                    namespace: str | None = None) -> list[CheckpointInfo]:
+                    namespace: str | None = None) -> Checkpoints:
         return runs.list_checkpoints(self.open_run(name, endpoint=endpoint, namespace=namespace))
 
     def download_checkpoint(self, name: str, directory: str | Path, *, iteration: int | None = None,
@@ -227,10 +234,11 @@ class Client:
     # -- helpers --------------------------------------------------------------------------------------
     def _get(self, kind: Kind, name: str, namespace: str | None) -> dict[str, Any]:
         ns = namespace or self.namespace
-        return self._call(kind.what(name), ns, self.custom.get_namespaced_custom_object, GROUP, VERSION, ns,
-                          kind.plural, name)
+        obj: dict[str, Any] = self._call(kind.what(name), ns, self.custom.get_namespaced_custom_object, GROUP,
+                                         VERSION, ns, kind.plural, name)
+        return obj
 
-    def _list(self, kind: Kind, all_namespaces: bool, namespace: str | None) -> list[dict[str, Any]]:
+    def _list(self, kind: Kind, all_namespaces: bool, namespace: str | None) -> Objects:
         if all_namespaces:
             found = self._call(kind.plural, None, self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural)
         else:
@@ -248,7 +256,7 @@ class Client:
             self._until(lambda: not self._exists(kind, name, ns), wait,
                         f"{kind.what(name)} in namespace {ns!r} to be deleted")
 
-    def _events(self, kind: Kind, name: str, namespace: str | None) -> list[dict[str, Any]]:
+    def _events(self, kind: Kind, name: str, namespace: str | None) -> Objects:
         ns = namespace or self.namespace
         selector = f"involvedObject.name={name},involvedObject.kind={kind.kind}"
         response = self._call(f"the events of {kind.what(name)}", ns, self.core.list_namespaced_event, ns,

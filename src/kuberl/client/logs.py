@@ -172,7 +172,7 @@ def sweep_logs(client: Client, name: str, trial: int | None, **options: Any) -> 
     if not runs_of_trial:
         raise NotFound(f"rlsweep {name!r} in namespace {client.namespace!r} has no run of trial {trial} "
                        "(not proposed yet, or its runs were deleted)")
-    newest = max(runs_of_trial, key=lambda o: o["metadata"].get("creationTimestamp") or "")["metadata"]["name"]
+    newest: str = max(runs_of_trial, key=lambda o: o["metadata"].get("creationTimestamp") or "")["metadata"]["name"]
     logs = experiment_logs(client, newest, **options)
     logs.note = f"trial {trial} of rlsweep {name!r}: run {newest}; {logs.note}"
     return logs

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -67,7 +67,7 @@ _OPTUNA_STATES = {
 }
 
 
-def _direction(spec: RLSweepSpec) -> str:
+def _direction(spec: RLSweepSpec) -> Literal["maximize", "minimize"]:
     return spec.objective.goal
 
 
@@ -120,7 +120,7 @@ def build_study(spec: RLSweepSpec, state: SweepState, *, sampler: Any = None) ->
     return study
 
 
-def held_values(points: list[tuple[float, float]], steps: list[int]) -> dict[int, float]:
+def held_values(points: Sequence[Sequence[float]], steps: list[int]) -> dict[int, float]:
     """A trial's (step, value) points at each of `steps` within its first and last step: the last value by then."""
     ordered = sorted((int(step), float(value)) for step, value in points)
     if not ordered:
