@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
+from kuberl.trainer.iteration_result import IterationResult, StepResult
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import anneal_horizon, anneal_lr
 from kuberl.trainer.machine import usable_cores
@@ -112,8 +113,8 @@ class Algorithm:
         """Build models, optimizers and workers."""
         raise NotImplementedError
 
-    def training_step(self) -> dict[str, Any]:
-        """Sample and learn once. Returns {"envSteps": int, ...algorithm-specific nested stats}."""
+    def training_step(self) -> StepResult:
+        """Sample and learn once: the env steps sampled and the algorithm's sections of the result."""
         raise NotImplementedError
 
     def anneal_horizon(self, params: Any) -> int | None:
@@ -217,28 +218,30 @@ class Algorithm:
         return float(np.mean(self.return_window)) if self.return_window else None
 
     def train(self) -> dict[str, Any]:
+        """One iteration; its result as results.jsonl writes it (the Python API's view)."""
+        return self.train_iteration().to_json()
+
+    def train_iteration(self) -> IterationResult:
+        """One iteration: sample and learn (`training_step`), count, and tell the callbacks."""
         started = time.perf_counter()
-        stats = self.training_step()
+        step = self.training_step()
         elapsed = time.perf_counter() - started
-        env_steps = int(stats.pop("envSteps"))
         self.iteration += 1
-        self.timesteps += env_steps
+        self.timesteps += step.env_steps
         self.time_total += elapsed
-        result: dict[str, Any] = {
-            "iteration": self.iteration,
-            "timesteps": self.timesteps,
-            "episodes": self.episodes,
-            "episodeReturnMean": self.episode_return_mean,
-            "envStepsPerSecond": env_steps / elapsed if elapsed > 0 else 0.0,
-            "timeSeconds": self.time_total,
-            "iterationSeconds": elapsed,
-            "policyVersion": self.policy_version,
-            **stats,
-        }
         if self.sampler is not None:
-            result.setdefault("sampler", {})["workerRestarts"] = self.sampler.restarts
-        self.callbacks.on_train_result(algorithm=self, result=result)
-        return result
+            step = replace(step, sampler={**step.sampler, "workerRestarts": self.sampler.restarts})
+        result = IterationResult(
+            iteration=self.iteration, timesteps=self.timesteps, episodes=self.episodes,
+            episode_return_mean=self.episode_return_mean,
+            env_steps_per_second=step.env_steps / elapsed if elapsed > 0 else 0.0, time_seconds=self.time_total,
+            iteration_seconds=elapsed, policy_version=self.policy_version, step=step,
+        )
+        # A user's callback sees (and may add to) the result as results.jsonl will hold it.
+        line = result.to_json()
+        self.callbacks.on_train_result(algorithm=self, result=line)
+        read = IterationResult.from_json(line)
+        return replace(read, step=replace(read.step, env_steps=step.env_steps))
 
     def get_state(self) -> dict[str, bytes]:
         counters = {

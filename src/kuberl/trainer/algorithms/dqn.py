@@ -23,6 +23,7 @@ from torch import nn
 from kuberl.api.hyperparams import DQNParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.iteration_result import LearnerStats, StepResult
 from kuberl.trainer.learners.q import QLearner
 from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.learning.schedules import linear_schedule
@@ -61,7 +62,7 @@ class DQN(Algorithm):
                                p.epsilon_timesteps)
 
     # -- one iteration ----------------------------------------------------------------------------
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         assert self.sampler is not None
         epsilon = self.epsilon()
         self.sampler.configure_policies(epsilon=epsilon)
@@ -71,9 +72,8 @@ class DQN(Algorithm):
         updates = self.local_replay.train(self.timesteps + env_steps, env_steps, self.learner.update)
         if updates:
             self.sync_weights()
-        learner = self.learner.take_stats()
-        learner.update(epsilon=epsilon, updatesThisIteration=updates)
-        return {"envSteps": env_steps, "learner": learner, "replay": self.local_replay.stats()}
+        learner = {**self.learner.take_stats(), "epsilon": epsilon, "updatesThisIteration": updates}
+        return StepResult(env_steps, learner=LearnerStats(learner), replay=self.local_replay.stats())
 
     # -- the Algorithm contract -------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ from kuberl.api.hyperparams import IMPALAParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
+from kuberl.trainer.iteration_result import LearnerStats, StepResult
 from kuberl.trainer.learners.vtrace import VTraceLearner, impala_loss
 from kuberl.trainer.learning.device import to_device
 from kuberl.trainer.models.encoders import EncoderSpec
@@ -98,7 +98,7 @@ class IMPALA(Algorithm):
         self.sampler.sync_filter(self.obs_filter.get_state())
 
     # -- one iteration ---------------------------------------------------------------------------
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         p = self.params
         self.anneal(self.learner)
         started = time.perf_counter()
@@ -143,17 +143,13 @@ class IMPALA(Algorithm):
             policyLagMean=float(np.mean(lags)), policyLagMax=int(np.max(lags)),
             policyLagUpdatesMean=float(np.mean(lag_updates)), policyLagUpdatesMax=int(np.max(lag_updates)),
         )
-        return {
-            "envSteps": env_steps,
-            "learner": learner,
-            "sampler": {
-                "workerRestarts": self.sampler.restarts,
-                "queueDepthMean": float(np.mean(depths)),
-                "queueSize": self.sampler.queue_size,
-                "backpressuredPolls": self.sampler.backpressured_polls,
-                "envStepsPerSecond": env_steps / elapsed,
-            },
-        }
+        return StepResult(env_steps, learner=LearnerStats(learner), sampler={
+            "workerRestarts": self.sampler.restarts,
+            "queueDepthMean": float(np.mean(depths)),
+            "queueSize": self.sampler.queue_size,
+            "backpressuredPolls": self.sampler.backpressured_polls,
+            "envStepsPerSecond": env_steps / elapsed,
+        })
 
     def _fill_buffer(self) -> None:
         """Queued fragments into train batches while the buffer has room; the rest wait in the queue."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +18,7 @@ from torch import nn
 from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.iteration_result import LearnerStats, StepResult
 from kuberl.trainer.learners.ppo import PPOLearner
 from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.actor_critic import ActorCritic
@@ -59,7 +59,7 @@ class PPO(Algorithm):
         return PPOPolicyFactory.from_params(self.params), self.worker_weights()
 
     # -- one iteration ---------------------------------------------------------------------------
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         started = time.perf_counter()
         batches = self.collect()
         sample_seconds = time.perf_counter() - started
@@ -70,16 +70,12 @@ class PPO(Algorithm):
         learner_stats = self.learner.update(batch)
         learner_stats["updateSeconds"] = time.perf_counter() - learning
         self.sync_weights()
-        return {
-            "envSteps": env_steps,
-            "learner": learner_stats,
-            "sampler": {
-                "envStepsPerSecond": env_steps / sample_seconds if sample_seconds > 0 else 0.0,
-                "sampleSeconds": sample_seconds,
-                "envSeconds": sum(b.env_seconds for b in batches),
-                "batches": len(batches),
-            },
-        }
+        return StepResult(env_steps, learner=LearnerStats(learner_stats), sampler={
+            "envStepsPerSecond": env_steps / sample_seconds if sample_seconds > 0 else 0.0,
+            "sampleSeconds": sample_seconds,
+            "envSeconds": sum(b.env_seconds for b in batches),
+            "batches": len(batches),
+        })
 
     # -- acting and state ------------------------------------------------------------------------
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:

@@ -30,6 +30,7 @@ from kuberl.api.hyperparams import SACParams
 from kuberl.trainer.algorithms.base import Algorithm
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.algorithms.sharded import ShardedReplay
+from kuberl.trainer.iteration_result import LearnerStats, StepResult
 from kuberl.trainer.learners.sac import build_sac_learner
 from kuberl.trainer.learning.device import obs_tensor
 from kuberl.trainer.models.encoders import EncoderSpec
@@ -74,7 +75,7 @@ class SAC(Algorithm):
         self.sync_weights()
 
     # -- one iteration ----------------------------------------------------------------------------
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         assert self.sampler is not None
         self.sampler.configure_policies(uniform=self.timesteps < self.params.learning_starts)
         batches = self.collect()
@@ -83,9 +84,8 @@ class SAC(Algorithm):
         updates = self.local_replay.train(self.timesteps + env_steps, env_steps, self.learner.update)
         if updates:
             self.sync_weights()
-        learner = self.learner.take_stats()
-        learner["updatesThisIteration"] = updates
-        return {"envSteps": env_steps, "learner": learner, "replay": self.local_replay.stats()}
+        learner = {**self.learner.take_stats(), "updatesThisIteration": updates}
+        return StepResult(env_steps, learner=LearnerStats(learner), replay=self.local_replay.stats())
 
     # -- the Algorithm contract -------------------------------------------------------------------
     def worker_weights(self) -> dict[str, np.ndarray]:

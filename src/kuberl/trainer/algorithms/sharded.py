@@ -47,6 +47,7 @@ from kuberl.trainer.distributed.shard_learner import (
 )
 from kuberl.trainer.distributed.shard_worker import Priorities, ShardRolloutWorker, TransitionSettings
 from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
+from kuberl.trainer.iteration_result import LearnerStats, NodePlacement, ReplayStats, StepResult
 from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, frames_per_transition, replay_bytes
@@ -176,11 +177,11 @@ class ShardedReplay(Algorithm):
         self.shard_restarts += 1
         log.warning("replay shard %d died; replaced it with an empty one (%d so far)", index, self.shard_restarts)
 
-    def _shard_stats(self) -> dict[str, Any]:
+    def _shard_stats(self) -> dict[str, dict[str, Any]]:
         import ray
 
         refs = [shard.stats.remote() for shard in self.shards]
-        stats: dict[str, Any] = {}
+        stats: dict[str, dict[str, Any]] = {}
         for index, ref in enumerate(refs):
             try:
                 stats[f"shard_{index}"] = self.last_shard_stats[index] = ray.get(ref, timeout=SHARD_STATS_TIMEOUT_S)
@@ -193,7 +194,7 @@ class ShardedReplay(Algorithm):
         return stats
 
     # -- one iteration -------------------------------------------------------------------------------
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         import ray
 
         started = time.perf_counter()
@@ -245,20 +246,19 @@ class ShardedReplay(Algorithm):
             for index, stats in sorted(per_worker.items())
         }
         filled = [stats for stats in replay.values() if stats.get("adds")]  # the first add allocates a shard
-        replay["bytesPerTransition"] = (sum(s["bytes"] for s in filled) / sum(s["capacity"] for s in filled)
-                                        if filled else None)
-        replay["wireBytesPerTransition"] = self.sent_bytes / self.sent_transitions if self.sent_transitions else None
-        return {
-            "envSteps": env_steps,
-            "learner": learner,
-            "replay": replay,
-            "workers": workers,
-            "placement": placement_by_node({**workers, **shard_stats({"replay": replay})}),
-            "sampler": {
-                "workerRestarts": self.sampler.restarts, "shardRestarts": self.shard_restarts,
-                "throttledSeconds": throttled,
-            },
-        }
+        placement = placement_by_node({**workers, **replay})
+        return StepResult(
+            env_steps,
+            learner=LearnerStats(learner),
+            replay=ReplayStats(
+                replay, bytes_per_transition=(sum(s["bytes"] for s in filled) / sum(s["capacity"] for s in filled)
+                                              if filled else None),
+                wire_bytes_per_transition=self.sent_bytes / self.sent_transitions if self.sent_transitions else None),
+            workers=workers,
+            placement={node: NodePlacement.from_json(where) for node, where in placement.items()},
+            sampler={"workerRestarts": self.sampler.restarts, "shardRestarts": self.shard_restarts,
+                     "throttledSeconds": throttled},
+        )
 
     def _workers_ahead(self, env_steps: int) -> bool:
         """Whether sampling is further ahead of the learner than `replay_ratio` allows.

@@ -27,6 +27,7 @@ from kuberl.api.hyperparams import CommonParams, IMPALAParams, PPOParams
 from kuberl.api.multiagent import policies_to_train, policy_params
 from kuberl.trainer.algorithms.base import RETURN_WINDOW, Algorithm, evaluation_statistics
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
+from kuberl.trainer.iteration_result import LearnerStats, PolicyResult, StepResult
 from kuberl.trainer.learners.ppo import PPOLearner
 from kuberl.trainer.learners.vtrace import VTraceLearner, appo_loss, impala_loss
 from kuberl.trainer.learning.device import obs_tensor, to_device
@@ -105,28 +106,27 @@ class MultiAgentAlgorithm(Algorithm):
         return batches, time.perf_counter() - started
 
     def multi_agent_result(self, batches: list[MultiAgentSampleBatch], learner_stats: dict[str, dict[str, float]],
-                           sample_seconds: float) -> dict[str, Any]:
+                           sample_seconds: float) -> StepResult:
         env_steps = sum(b.env_steps for b in batches)
         agent_steps = {name: sum(b.agent_steps.get(name, 0) for b in batches) for name in self.policy_map.names}
-        policies = {}
-        for name in self.policy_map.names:
-            policies[name] = {"episodeReturnMean": _mean(self.policy_windows[name]), "agentSteps": agent_steps[name],
-                              "trained": name in self.trained}
-            if name in learner_stats:
-                policies[name]["learner"] = learner_stats[name]
-        return {
-            "envSteps": env_steps,
-            "agentSteps": sum(agent_steps.values()),
-            "learner": {"updatesTotal": sum(int(s.get("updatesTotal", 0)) for s in learner_stats.values())},
-            "policies": policies,
-            "agents": {agent: {"episodeReturnMean": _mean(window)} for agent, window in self.agent_windows.items()},
-            "sampler": {
+        policies = {
+            name: PolicyResult(_mean(self.policy_windows[name]), agent_steps[name], name in self.trained,
+                               LearnerStats(learner_stats[name]) if name in learner_stats else None)
+            for name in self.policy_map.names
+        }
+        return StepResult(
+            env_steps,
+            agent_steps=sum(agent_steps.values()),
+            learner=LearnerStats({"updatesTotal": sum(int(s.get("updatesTotal", 0)) for s in learner_stats.values())}),
+            policies=policies,
+            agents={agent: _mean(window) for agent, window in self.agent_windows.items()},
+            sampler={
                 "envStepsPerSecond": env_steps / sample_seconds if sample_seconds > 0 else 0.0,
                 "sampleSeconds": sample_seconds,
                 "envSeconds": sum(b.env_seconds for b in batches),
                 "batches": len(batches),
             },
-        }
+        )
 
     @staticmethod
     def policy_batches(batches: list[MultiAgentSampleBatch], name: str) -> list[SampleBatch]:
@@ -239,7 +239,7 @@ class MultiAgentPPO(MultiAgentAlgorithm):
     def actor(self, policy: str) -> nn.Module:
         return self.learners[policy].model.actor
 
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         batches, sample_seconds = self.collect_multi_agent()
         env_steps = sum(b.env_steps for b in batches)
         stats: dict[str, dict[str, float]] = {}
@@ -292,7 +292,7 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
     def actor(self, policy: str) -> nn.Module:
         return self.learners[policy].model.policy
 
-    def training_step(self) -> dict[str, Any]:
+    def training_step(self) -> StepResult:
         p = self.params
         assert isinstance(p, IMPALAParams)
         for name in self.trained:
@@ -325,9 +325,11 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
             stats[name].update(updates=updates, updatesTotal=learner.updates,
                                lr=learner.optimizer.param_groups[0]["lr"])
         result = self.multi_agent_result(batches, stats, time.perf_counter() - started)
-        result["learner"].update(policyLagMean=float(np.mean(lags)), policyLagMax=int(np.max(lags)))
-        result["sampler"]["queueSize"] = self.sampler.queue_size  # type: ignore[attr-defined]
-        return result
+        assert result.learner is not None
+        return replace(
+            result, learner=LearnerStats({**result.learner.figures, "policyLagMean": float(np.mean(lags)),
+                                          "policyLagMax": int(np.max(lags))}),
+            sampler={**result.sampler, "queueSize": self.sampler.queue_size})  # type: ignore[attr-defined]
 
     def _learn(self, learner: VTraceLearner, batch: SampleBatch) -> dict[str, float]:
         """One fragment of the policy's columns, in train batches of about `trainBatchSize` rows (whole columns:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from kuberl.trainer.iteration_result import ReplayStats
 from kuberl.trainer.learning.schedules import priority_beta
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 from kuberl.trainer.replay.memory import FrameLayout, frames_per_transition
@@ -73,9 +74,6 @@ class LocalReplay:
     def restore_schedule(self, schedule: dict[str, Any]) -> None:
         self.update_credit = float(schedule["updateCredit"])
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "shard_0": self.buffer.stats(),
-            "bytesPerTransition": self.buffer.nbytes / self.buffer.capacity,
-            "wireBytesPerTransition": self.added_bytes / self.added if self.added else None,
-        }
+    def stats(self) -> ReplayStats:
+        return ReplayStats({"shard_0": self.buffer.stats()}, bytes_per_transition=self.buffer.nbytes / self.buffer.capacity,
+                           wire_bytes_per_transition=self.added_bytes / self.added if self.added else None)
