@@ -109,7 +109,7 @@ def test_a_lost_evaluation_actor_costs_one_evaluation_and_is_replaced(caplog):
         algo.train()
         evaluator.launch(2, algo.timesteps)
         (finished,) = evaluator.drain()
-        assert finished.iteration == 2 and finished.summary["episodes"] == 4
+        assert finished.iteration == 2 and finished.summary.episodes == 4
         assert evaluator._actors and evaluator._actors[0] is not actor  # a fresh actor played it
     finally:
         evaluator.stop()
@@ -134,7 +134,7 @@ def test_an_actor_plays_exactly_as_the_learner_with_its_weights_and_filter():
         on_actor.launch(3, algo.timesteps)
         in_process.launch(3, algo.timesteps)
         (remote,), (local,) = on_actor.drain(), in_process.drain()
-        assert remote.summary["returns"] == local.summary["returns"]  # same policy, filter and seeds
+        assert remote.summary.returns == local.summary.returns  # same policy, filter and seeds
     finally:
         on_actor.stop()
         algo.stop()

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import threading
 
+from kuberl.trainer.iteration_result import IterationResult
 from kuberl.trainer.run.sinks import ResultSinks
 from kuberl.trainer.storage.background import BackgroundWriter
+
+
+def line(iteration: int) -> IterationResult:
+    return IterationResult.from_json({"iteration": iteration, "timesteps": 0})
+
 
 HANG_GUARD_SECONDS = 30.0  # only a hang guard: every wait here ends on an event, in milliseconds when all is well
 
@@ -20,12 +26,12 @@ class FlakySink:
         self.gate = threading.Event()
         self.gate.set()
 
-    def write(self, result: dict) -> None:
+    def write(self, result: IterationResult) -> None:
         self.gate.wait()
         if self.failures:
             self.failures -= 1
             raise ConnectionError("tracking server down")
-        self.seen.append(result["iteration"])
+        self.seen.append(result.iteration)
 
     def close(self) -> None:
         self.closed = True
@@ -36,7 +42,7 @@ def test_a_failing_sink_is_retried_and_sees_every_result_in_order():
     sink, healthy = FlakySink(failures=2), FlakySink()
     sinks = ResultSinks([sink, healthy], background)
     for i in range(1, 6):
-        sinks.write({"iteration": i})
+        sinks.write(line(i))
     sinks.close()
     background.close(timeout=10)
     assert sink.seen == healthy.seen == [1, 2, 3, 4, 5]
@@ -50,7 +56,7 @@ def test_submitting_never_waits_for_a_slow_job():
     sink.gate.clear()  # the sink hangs until the test opens the gate
     sinks = ResultSinks([sink], background)
     written = threading.Event()
-    writer = threading.Thread(target=lambda: ([sinks.write({"iteration": i}) for i in range(100)], written.set()))
+    writer = threading.Thread(target=lambda: ([sinks.write(line(i)) for i in range(100)], written.set()))
     writer.start()
     assert written.wait(HANG_GUARD_SECONDS), "sinks.write waited for the hanging sink"  # a hang guard
     assert sink.seen == [] and not background.wait(timeout=0.2)  # every write returned while the sink hung

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from dataclasses import replace
 
 import pytest
 
 from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
 from kuberl.api.types import StopSpec
+from kuberl.trainer.iteration_result import IterationResult
 from kuberl.trainer.run.live_status import LiveStatus
 from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
 from kuberl.trainer.run.progress import progress_line
@@ -16,8 +18,9 @@ from kuberl.trainer.run.settings import TrainerSettings
 from kuberl.trainer.run.status_server import start_status_server
 from kuberl.trainer.run.summary import Summary, stop_reason, write_termination_log
 
-RESULT = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
-          "envStepsPerSecond": 40960.0, "episodes": 90}
+RESULT_LINE = {"iteration": 7, "timesteps": 14336, "episodeReturnMean": 212.25, "timeSeconds": 3.5,
+               "envStepsPerSecond": 40960.0, "episodes": 90}
+RESULT = IterationResult.from_json(RESULT_LINE)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +40,7 @@ def test_stop_reason(stop, expected):
 
 
 def test_no_return_yet_never_meets_a_return_target():
-    assert stop_reason(StopSpec(episode_return_mean=-1e9), {**RESULT, "episodeReturnMean": None}) is None
+    assert stop_reason(StopSpec(episode_return_mean=-1e9), replace(RESULT, episode_return_mean=None)) is None
 
 
 def test_progress_line_shows_the_figures():
@@ -46,7 +49,7 @@ def test_progress_line_shows_the_figures():
     assert "14,336" in line
     assert "40,960 steps/s" in line
     assert "212.2" in line
-    assert progress_line({**RESULT, "episodeReturnMean": None}).count(" - ") == 1
+    assert progress_line(replace(RESULT, episode_return_mean=None)).count(" - ") == 1
 
 
 def test_exit_codes():
@@ -70,7 +73,8 @@ def test_status_server_serves_status_and_metrics():
     status = LiveStatus(attempt=2)
     status.update(phase="Running", iteration=7, timesteps=14336, episodeReturnMean=212.25)
     metrics = TrainerMetrics()
-    metrics.on_iteration_end({**RESULT, "replay": {"shard_0": {"size": 1234}}}, stopping=False)
+    metrics.on_iteration_end(IterationResult.from_json({**RESULT_LINE, "replay": {"shard_0": {"size": 1234}}}),
+                             stopping=False)
     server = start_status_server(status, 0, host="127.0.0.1", registry=metrics_registry(metrics))
     try:
         base = f"http://127.0.0.1:{server.port}"

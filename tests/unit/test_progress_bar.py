@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 
 from kuberl.api.types import StopSpec
+from kuberl.trainer.iteration_result import IterationResult
 from kuberl.trainer.run.progress import Progress
 from kuberl.trainer.run.progress_bar import StopBar, bar_postfix, countable_criteria, leading_criterion
 
 
-def result(iteration: int, timesteps: int, seconds: float, **extra: object) -> dict[str, object]:
-    return {"iteration": iteration, "timesteps": timesteps, "timeSeconds": seconds, "envStepsPerSecond": 1234.4,
-            "episodeReturnMean": 21.25, **extra}
+def result(iteration: int, timesteps: int, seconds: float, **extra: object) -> IterationResult:
+    return IterationResult.from_json({"iteration": iteration, "timesteps": timesteps, "timeSeconds": seconds,
+                                      "envStepsPerSecond": 1234.4, "episodeReturnMean": 21.25, **extra})
 
 
 def frames(out: io.StringIO) -> list[str]:

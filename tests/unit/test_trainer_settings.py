@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kuberl.api.contract import DEFAULT_STATUS_PORT, TERMINATION_LOG
+from kuberl.trainer.iteration_result import EvaluationLine, EvaluationResult, IterationResult
 from kuberl.trainer.run.observer import Observers, RunObserver
 from kuberl.trainer.run.settings import SettingsError, TrainerSettings
 
@@ -40,6 +43,9 @@ def test_an_empty_attempt_is_attempt_0_and_a_bad_one_names_its_variable():
         TrainerSettings.from_env({"KUBERL_FINAL_CHECKPOINT_SECONDS": "soon"})
 
 
+PLAYED = EvaluationResult.of(1, 0, [1.0], [1])
+
+
 def test_observers_hear_each_hook_in_the_order_they_were_added():
     heard: list[str] = []
 
@@ -47,18 +53,18 @@ def test_observers_hear_each_hook_in_the_order_they_were_added():
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def on_result(self, result: dict) -> None:
+        def on_result(self, result: IterationResult) -> IterationResult:
             heard.append(f"{self.name}.on_result")
-            result[self.name] = True
+            return replace(result, extra={**result.extra, self.name: True})
 
-        def on_last_result(self, result: dict) -> list[dict]:
-            return [{"from": self.name}]
+        def on_last_result(self, result: IterationResult) -> tuple[IterationResult, list[EvaluationLine]]:
+            return replace(result, iteration=result.iteration + 1), [EvaluationLine(result.iteration, 0, PLAYED)]
 
     observers = Observers()
     for name in ("tracking", "evaluation"):
         observers.add(Named(name))
     observers.add(RunObserver())  # every hook of the base does nothing
-    result: dict = {}
-    observers.on_result(result)
-    assert heard == ["tracking.on_result", "evaluation.on_result"] and list(result) == ["tracking", "evaluation"]
-    assert observers.on_last_result(result) == [{"from": "tracking"}, {"from": "evaluation"}]
+    result = observers.on_result(IterationResult.from_json({"iteration": 1, "timesteps": 10}))
+    assert heard == ["tracking.on_result", "evaluation.on_result"] and list(result.extra) == ["tracking", "evaluation"]
+    last, lines = observers.on_last_result(result)
+    assert last.iteration == 3 and [line.iteration for line in lines] == [1, 2]

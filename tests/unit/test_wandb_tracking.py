@@ -12,6 +12,7 @@ from kuberl.operator.reconcile import _missing_secret
 from kuberl.operator.settings import Settings
 from kuberl.operator.status import decide, pod_state
 from kuberl.operator.status.observation import Observation, status_of
+from kuberl.trainer.iteration_result import IterationResult
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.tracking.wandb_run import key_of, logged_row, wandb_config
 
@@ -107,8 +108,11 @@ def test_one_result_logs_every_scalar_with_env_steps_as_the_step():
     result = {"iteration": 3, "timesteps": 384, "episodeReturnMean": 21.5, "learner": {"policyLoss": -0.01},
               "evaluation": {"returnMean": 40.0, "video": "file:///r/videos/evaluation-000003.mp4"},
               "tracking": {"mlflow": {"ok": False, "problem": "x"}}, "attempt": 2, "done": True}
-    assert logged_row(result) == {"episodeReturnMean": 21.5, "learner/policyLoss": -0.01,
-                                  "evaluation/returnMean": 40.0, "iteration": 3, "timesteps": 384}
+    row = logged_row(IterationResult.from_json(result))
+    expected = {"episodeReturnMean": 21.5, "learner/policyLoss": -0.01, "evaluation/returnMean": 40.0, "iteration": 3,
+                "timesteps": 384}
+    assert {key: row[key] for key in expected} == expected
+    assert not {"attempt", "done", "tracking/mlflow/ok", "evaluation/video"} & set(row)  # no bookkeeping, no text
 
 
 def test_config_and_keys(tmp_path: Path):
@@ -129,12 +133,10 @@ def test_problems_of_both_trackers_make_one_status_line():
     tracking = RunTracking.__new__(RunTracking)
     tracking.mlflow, tracking.wandb = Sink("MLflow at http://x is unavailable"), Sink("W&B is unavailable")
     assert tracking.problem == "MLflow at http://x is unavailable; W&B is unavailable"
-    result: dict[str, Any] = {}
-    tracking.on_result(result)
-    assert result["tracking"] == {"mlflow": {"ok": False, "problem": "MLflow at http://x is unavailable"},
-                                  "wandb": {"ok": False, "problem": "W&B is unavailable"}}
+    result = IterationResult.from_json({"iteration": 1, "timesteps": 10})
+    assert tracking.on_result(result).to_json()["tracking"] == {
+        "mlflow": {"ok": False, "problem": "MLflow at http://x is unavailable"},
+        "wandb": {"ok": False, "problem": "W&B is unavailable"}}
     tracking.mlflow, tracking.wandb = None, Sink(None)
     assert tracking.problem is None
-    result = {}
-    tracking.on_result(result)
-    assert "tracking" not in result
+    assert "tracking" not in tracking.on_result(result).to_json()

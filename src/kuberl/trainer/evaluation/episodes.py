@@ -117,18 +117,3 @@ def play_episodes(make: EnvFactory, act: Callable[[Any], Any], seeds: list[int],
         finally:
             env.close()
     return played
-
-
-def summarize(returns: list[float], lengths: list[int]) -> dict[str, Any]:
-    """The `evaluation` object of results.jsonl (iteration and timesteps are added by the caller)."""
-    if not returns:
-        return {"episodes": 0, "returnMean": None, "returnStd": None, "lengthMean": None, "returns": []}
-    return {
-        "episodes": len(returns),
-        "returnMean": float(np.mean(returns)),
-        "returnStd": float(np.std(returns)),
-        "returnMin": float(np.min(returns)),
-        "returnMax": float(np.max(returns)),
-        "lengthMean": float(np.mean(lengths)),
-        "returns": [float(r) for r in returns],
-    }

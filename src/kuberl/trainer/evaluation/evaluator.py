@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kuberl.trainer.evaluation.episodes import summarize
+from kuberl.trainer.iteration_result import EvaluationResult
 from kuberl.trainer.sampling.seeds import evaluation_policy_seed
 
 if TYPE_CHECKING:
@@ -33,17 +33,17 @@ class Evaluation:
     """One finished evaluation: the `evaluation` object of results.jsonl, its video, and (with
     checkpoint.keepBest) the state of the policy it evaluated."""
 
-    summary: dict[str, Any]
+    summary: EvaluationResult
     video: bytes | None = None
     state: dict[str, bytes] | None = None
 
     @property
     def iteration(self) -> int:
-        return int(self.summary["iteration"])
+        return self.summary.iteration
 
     @property
     def return_mean(self) -> float | None:
-        return self.summary.get("returnMean")
+        return self.summary.return_mean
 
 
 @dataclass
@@ -147,8 +147,8 @@ class Evaluator:
         self._finish(running, returns, lengths, video)
 
     def _finish(self, running: _Running, returns: list[float], lengths: list[int], video: bytes | None) -> None:
-        summary = {"iteration": running.iteration, "timesteps": running.timesteps, **summarize(returns, lengths),
-                   "seconds": time.perf_counter() - running.started}
+        summary = EvaluationResult.of(running.iteration, running.timesteps, returns, lengths,
+                                      seconds=time.perf_counter() - running.started)
         self._done.append(Evaluation(summary, video, running.state))
 
     def ready(self) -> list[Evaluation]:

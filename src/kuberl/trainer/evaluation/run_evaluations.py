@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from kuberl.trainer.evaluation.evaluator import Evaluation, Evaluator
+from kuberl.trainer.iteration_result import EvaluationLine, EvaluationResult, IterationResult
 from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.storage.checkpoints import read_best_pointer
 
@@ -52,13 +54,12 @@ class BestCheckpoint:
             self.best_return is None or score > self.best_return
         ):
             self.best_return = score
-            self.checkpoints.submit_best(evaluation.iteration, evaluation.state, int(evaluation.summary["timesteps"]),
-                                         score)
+            self.checkpoints.submit_best(evaluation.iteration, evaluation.state, evaluation.summary.timesteps, score)
 
 
 class RunEvaluations(RunObserver):
     def __init__(self, spec: EvaluationSpec, algo: Algorithm, *, store: ObjectStore, background: BackgroundWriter,
-                 best: BestCheckpoint | None, report: Callable[[dict[str, Any]], None]) -> None:
+                 best: BestCheckpoint | None, report: Callable[[EvaluationResult], None]) -> None:
         self.store = store
         self.background = background
         self.best = best
@@ -66,46 +67,39 @@ class RunEvaluations(RunObserver):
         self.evaluator = Evaluator(spec, algo, snapshot=best.snapshot if best is not None else None)
         self._carried: list[Evaluation] = []  # finished, waiting for a line of their own
 
-    def on_result(self, result: dict[str, Any]) -> None:
+    def on_result(self, result: IterationResult) -> IterationResult:
         """After a training iteration: start an evaluation if one is due; put a finished one on `result`."""
-        if self.evaluator.due(result["iteration"]):
-            self.evaluator.launch(result["iteration"], result["timesteps"])
+        if self.evaluator.due(result.iteration):
+            self.evaluator.launch(result.iteration, result.timesteps)
         finished = self._carried + self.evaluator.ready()
-        self._attach(result, finished[:1])
         self._carried = finished[1:]
+        return result.with_evaluation(self._finished(finished[0])) if finished else result
 
-    def on_last_result(self, result: dict[str, Any]) -> list[dict[str, Any]]:
-        """Training stops after `result`: evaluate its policy, wait for every evaluation; lines to add."""
-        if result["iteration"] != self.evaluator.last_iteration:
-            self.evaluator.launch(result["iteration"], result["timesteps"])
+    def on_last_result(self, result: IterationResult) -> tuple[IterationResult, list[EvaluationLine]]:
+        """Training stops after `result`: evaluate its policy, wait for every evaluation; the result with the
+        first to finish (unless it has one already) and a line for each other."""
+        if result.iteration != self.evaluator.last_iteration:
+            self.evaluator.launch(result.iteration, result.timesteps)
         finished, self._carried = self._carried + self.evaluator.drain(), []
-        if "evaluation" in result:  # one finished in on_result() already
-            return [self._line(result, e) for e in finished]
-        self._attach(result, finished[:1])
-        return [self._line(result, e) for e in finished[1:]]
+        if result.evaluation is None and finished:  # else one finished in on_result() already
+            result, finished = result.with_evaluation(self._finished(finished[0])), finished[1:]
+        return result, [EvaluationLine(result.iteration, result.timesteps, self._finished(e), result.attempt)
+                        for e in finished]
 
-    def _line(self, result: dict[str, Any], evaluation: Evaluation) -> dict[str, Any]:
-        line = {key: result[key] for key in ("iteration", "timesteps", "attempt") if key in result}
-        self._attach(line, [evaluation])
-        return line
-
-    def _attach(self, result: dict[str, Any], finished: list[Evaluation]) -> None:
-        for evaluation in finished:
-            self._finished(evaluation)
-            result["evaluation"] = evaluation.summary
-
-    def _finished(self, evaluation: Evaluation) -> None:
+    def _finished(self, evaluation: Evaluation) -> EvaluationResult:
+        """The evaluation as its results line holds it (with its video's URI): stored, offered as the best, reported."""
         summary = evaluation.summary
         if evaluation.video is not None:
             key, data = video_key(evaluation.iteration), evaluation.video
-            summary["video"] = self.store.url(key)
+            summary = replace(summary, video=self.store.url(key))
             self.background.submit(key, lambda: self.store.put_bytes(key, data))
         if self.best is not None:
             self.best.offer(evaluation)
         self.report(summary)
         score = evaluation.return_mean
         log.info("evaluation of iteration %d: return mean %s over %d episodes", evaluation.iteration,
-                 f"{score:.2f}" if score is not None else "-", summary["episodes"])
+                 f"{score:.2f}" if score is not None else "-", summary.episodes)
+        return summary
 
     def stop(self) -> None:
         self.evaluator.stop()

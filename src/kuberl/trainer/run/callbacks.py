@@ -16,6 +16,7 @@ from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.user_code import UserClassNotFound, import_user_class
 
 if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import EvaluationResult
     from kuberl.trainer.storage.base import CheckpointInfo
 
 EpisodeHook = Callable[..., None]  # fn(algorithm=..., episode=record)
@@ -66,8 +67,8 @@ class CallbacksObserver(RunObserver):
     def __init__(self, algorithm: Any) -> None:
         self.algorithm = algorithm
 
-    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
-        self.algorithm.callbacks.on_evaluation_result(algorithm=self.algorithm, evaluation=evaluation)
+    def on_evaluation(self, evaluation: EvaluationResult) -> None:
+        self.algorithm.callbacks.on_evaluation_result(algorithm=self.algorithm, evaluation=evaluation.to_json())
 
     def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
         checkpoint = {"uri": info.uri, "iteration": info.iteration, "timesteps": info.timesteps}

@@ -12,6 +12,7 @@ from kuberl.api.types import Phase
 from kuberl.trainer.run.observer import RunObserver
 
 if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import EvaluationResult, IterationResult
     from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.base import CheckpointInfo
 
@@ -50,15 +51,15 @@ class LiveStatusObserver(RunObserver):
         self.status = status
         self.tracking_problem = tracking_problem
 
-    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
+    def on_iteration_end(self, result: IterationResult, *, stopping: bool) -> None:
         self.status.update(
-            iteration=result["iteration"], timesteps=result["timesteps"],
-            episodeReturnMean=result.get("episodeReturnMean"), timeSeconds=result.get("timeSeconds", 0.0),
-            envStepsPerSecond=result.get("envStepsPerSecond", 0.0), trackingProblem=self.tracking_problem(),
+            iteration=result.iteration, timesteps=result.timesteps, episodeReturnMean=result.episode_return_mean,
+            timeSeconds=result.time_seconds, envStepsPerSecond=result.env_steps_per_second,
+            trackingProblem=self.tracking_problem(),
         )
 
-    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
-        self.status.update(evaluationReturnMean=evaluation.get("returnMean"))
+    def on_evaluation(self, evaluation: EvaluationResult) -> None:
+        self.status.update(evaluationReturnMean=evaluation.return_mean)
 
     def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
         self.status.update(lastCheckpoint=info.uri)

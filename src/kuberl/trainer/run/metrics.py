@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, Histogram, PlatformCollector, ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,43 +22,38 @@ from prometheus_client.registry import Collector
 from kuberl.trainer.run.observer import RunObserver
 
 if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import EvaluationResult, IterationResult
     from kuberl.trainer.storage.base import CheckpointInfo
 
-# name (counters without their _total), help, and where the figure is in a result
-COUNTERS = (
-    ("kuberl_env_steps", "Environment steps sampled", ("timesteps",)),
-    ("kuberl_episodes", "Episodes finished", ("episodes",)),
-    ("kuberl_learner_updates", "Gradient updates applied by the learner", ("learner", "updatesTotal")),
+Figure = Callable[["IterationResult"], "float | int | None"]
+
+# name (counters without their _total), help, and the figure of a result
+COUNTERS: tuple[tuple[str, str, Figure], ...] = (
+    ("kuberl_env_steps", "Environment steps sampled", lambda r: r.timesteps),
+    ("kuberl_episodes", "Episodes finished", lambda r: r.episodes),
+    ("kuberl_learner_updates", "Gradient updates applied by the learner",
+     lambda r: r.learner.updates_total if r.learner is not None else None),
 )
-GAUGES = (
-    ("kuberl_training_iteration", "Last completed training iteration", ("iteration",)),
-    ("kuberl_episode_return_mean", "Mean return of the last 100 finished episodes", ("episodeReturnMean",)),
-    ("kuberl_env_steps_per_second", "Sampling throughput of the last iteration", ("envStepsPerSecond",)),
+GAUGES: tuple[tuple[str, str, Figure], ...] = (
+    ("kuberl_training_iteration", "Last completed training iteration", lambda r: r.iteration),
+    ("kuberl_episode_return_mean", "Mean return of the last 100 finished episodes", lambda r: r.episode_return_mean),
+    ("kuberl_env_steps_per_second", "Sampling throughput of the last iteration", lambda r: r.env_steps_per_second),
     ("kuberl_policy_lag_mean",
      "Mean policy lag of the last iteration's train batches, in policy versions (IMPALA, APPO)",
-     ("learner", "policyLagMean")),
+     lambda r: r.learner.policy_lag_mean if r.learner is not None else None),
     ("kuberl_policy_lag_max", "Largest policy lag of the last iteration, in policy versions",
-     ("learner", "policyLagMax")),
+     lambda r: r.learner.policy_lag_max if r.learner is not None else None),
 )
 CHECKPOINT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-def _number(result: dict[str, Any], path: tuple[str, ...]) -> float | None:
-    value: Any = result
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _replay_stats(result: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per shard: size and capacity. Sharded replay reports one entry per shard; a learner's own buffer
-    reports its stats flat (shard "local")."""
-    replay = result.get("replay")
-    if not isinstance(replay, dict):
+def _replay_stats(result: IterationResult) -> dict[str, dict[str, float]]:
+    """Per shard (a learner's own buffer is shard_0): size and capacity."""
+    if result.replay is None:
         return {}
-    shards = {"local": replay} if isinstance(replay.get("size"), int | float) else replay
-    return {shard: {k: float(stats[k]) for k in ("size", "capacity") if isinstance(stats.get(k), int | float)}
-            for shard, stats in shards.items() if isinstance(stats, dict) and isinstance(stats.get("size"), int | float)}
+    return {shard: {k: float(value) for k in ("size", "capacity")
+                    if isinstance(value := stats.get(k), int | float) and not isinstance(value, bool)}
+            for shard, stats in result.replay.shards.items() if isinstance(stats.get("size"), int | float)}
 
 
 class TrainerMetrics(RunObserver, Collector):
@@ -78,21 +73,21 @@ class TrainerMetrics(RunObserver, Collector):
             "kuberl_checkpoint_duration_seconds", "Time to write one complete checkpoint",
             buckets=CHECKPOINT_BUCKETS, registry=None)
 
-    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
-        figures = {name: value for name, _, path in (*COUNTERS, *GAUGES)
-                   if (value := _number(result, path)) is not None}
+    def on_iteration_end(self, result: IterationResult, *, stopping: bool) -> None:
+        figures = {name: float(value) for name, _, figure in (*COUNTERS, *GAUGES)
+                   if (value := figure(result)) is not None}
         replay = _replay_stats(result)
         with self._lock:
             self._figures.update(figures)
             for shard, stats in replay.items():
                 self._replay.setdefault(shard, {}).update(stats)
 
-    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
+    def on_evaluation(self, evaluation: EvaluationResult) -> None:
         with self._lock:
             self._evaluations += 1
-            self._evaluation["iteration"] = float(evaluation.get("iteration", 0))
-            if (ret := _number(evaluation, ("returnMean",))) is not None:
-                self._evaluation["returnMean"] = ret
+            self._evaluation["iteration"] = float(evaluation.iteration)
+            if evaluation.return_mean is not None:
+                self._evaluation["returnMean"] = float(evaluation.return_mean)
 
     def on_checkpoint_written(self, info: CheckpointInfo, seconds: float) -> None:
         self._checkpoint_seconds.observe(seconds)
@@ -114,7 +109,7 @@ class TrainerMetrics(RunObserver, Collector):
                                 "Training iteration whose policy the latest evaluation played",
                                 value=evaluation.get("iteration", 0.0))
         size = GaugeMetricFamily("kuberl_replay_size",
-                                 "Transitions held per replay shard ('local': the learner's own buffer)", labels=["shard"])
+                                 "Transitions held per replay shard (shard_0: a learner's own buffer)", labels=["shard"])
         capacity = GaugeMetricFamily("kuberl_replay_capacity", "Transitions a replay shard holds when full",
                                      labels=["shard"])
         for shard, stats in sorted(replay.items()):

@@ -2,16 +2,17 @@
 (results.jsonl and the sinks, the live status, the metrics, the checkpoint cadence, evaluation,
 tracking, the progress line, the user's callbacks) is one observer; the run calls the hooks.
 
-In one iteration the run calls `on_result` (an observer may add to the result), decides whether to
+In one iteration the run calls `on_result` (an observer may return the result with more in it), decides whether to
 stop, calls `on_last_result` when it does, `on_line` for every results.jsonl line, then
 `on_iteration_end`. Every hook of every observer is called in the order the observers were added.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import EvaluationLine, EvaluationResult, IterationResult, ResultLine
     from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.base import CheckpointInfo
 
@@ -19,20 +20,23 @@ if TYPE_CHECKING:
 class RunObserver:
     """One part of a training run; every hook does nothing unless overridden."""
 
-    def on_result(self, result: dict[str, Any]) -> None:
-        """A result of `train()`, before the stop decision; what is added to it reaches results.jsonl."""
+    def on_result(self, result: IterationResult) -> IterationResult:
+        """A training iteration's result, before the stop decision; the result to go on with (what an observer
+        adds to it reaches results.jsonl)."""
+        return result
 
-    def on_last_result(self, result: dict[str, Any]) -> list[dict[str, Any]]:
-        """Training stops after `result` (a stop criterion, not a signal); lines to write after it."""
-        return []
+    def on_last_result(self, result: IterationResult) -> tuple[IterationResult, list[EvaluationLine]]:
+        """Training stops after `result` (a stop criterion, not a signal): the result to write, and the lines to
+        write after it."""
+        return result, []
 
-    def on_line(self, line: dict[str, Any]) -> None:
+    def on_line(self, line: ResultLine) -> None:
         """A line of results.jsonl: the iteration's result, then the lines added after the last one."""
 
-    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
+    def on_iteration_end(self, result: IterationResult, *, stopping: bool) -> None:
         """The iteration's lines are written; `stopping`: a stop criterion holds."""
 
-    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
+    def on_evaluation(self, evaluation: EvaluationResult) -> None:
         """An evaluation finished: the `evaluation` object of a results line."""
 
     def on_checkpoint(self, iteration: int) -> None:
@@ -57,22 +61,27 @@ class Observers(RunObserver):
     def add(self, observer: RunObserver) -> None:
         self.observers.append(observer)
 
-    def on_result(self, result: dict[str, Any]) -> None:
+    def on_result(self, result: IterationResult) -> IterationResult:
         for observer in self.observers:
-            observer.on_result(result)
+            result = observer.on_result(result)
+        return result
 
-    def on_last_result(self, result: dict[str, Any]) -> list[dict[str, Any]]:
-        return [line for observer in self.observers for line in observer.on_last_result(result)]
+    def on_last_result(self, result: IterationResult) -> tuple[IterationResult, list[EvaluationLine]]:
+        lines: list[EvaluationLine] = []
+        for observer in self.observers:
+            result, more = observer.on_last_result(result)
+            lines += more
+        return result, lines
 
-    def on_line(self, line: dict[str, Any]) -> None:
+    def on_line(self, line: ResultLine) -> None:
         for observer in self.observers:
             observer.on_line(line)
 
-    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
+    def on_iteration_end(self, result: IterationResult, *, stopping: bool) -> None:
         for observer in self.observers:
             observer.on_iteration_end(result, stopping=stopping)
 
-    def on_evaluation(self, evaluation: dict[str, Any]) -> None:
+    def on_evaluation(self, evaluation: EvaluationResult) -> None:
         for observer in self.observers:
             observer.on_evaluation(evaluation)
 

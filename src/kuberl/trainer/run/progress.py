@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kuberl.trainer.run.observer import RunObserver
 
 if TYPE_CHECKING:
     from kuberl.api.types import StopSpec
+    from kuberl.trainer.iteration_result import IterationResult
     from kuberl.trainer.run.progress_bar import StopBar
     from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.base import CheckpointInfo
@@ -19,26 +20,23 @@ if TYPE_CHECKING:
 LOG_LINE_SECONDS = 1.0
 
 
-def progress_line(result: dict[str, Any]) -> str:
-    ret = result.get("episodeReturnMean")
-    ret_text = f"{ret:8.1f}" if isinstance(ret, int | float) and math.isfinite(ret) else "       -"
-    evaluated = (result.get("evaluation") or {}).get("returnMean")
+def progress_line(result: IterationResult) -> str:
+    ret = result.episode_return_mean
+    ret_text = f"{ret:8.1f}" if ret is not None and math.isfinite(ret) else "       -"
+    evaluated = result.evaluation.return_mean if result.evaluation is not None else None
     return (
-        f"iter {result.get('iteration', 0):5d} | steps {result.get('timesteps', 0):>11,} | "
-        f"{result.get('envStepsPerSecond', 0.0):>9,.0f} steps/s | return {ret_text} | "
-        f"{result.get('timeSeconds', 0.0):7.1f}s"
-        + (f" | eval {evaluated:.1f}" if isinstance(evaluated, int | float) else "")
+        f"iter {result.iteration:5d} | steps {result.timesteps:>11,} | "
+        f"{result.env_steps_per_second:>9,.0f} steps/s | return {ret_text} | "
+        f"{result.time_seconds:7.1f}s"
+        + (f" | eval {evaluated:.1f}" if evaluated is not None else "")
         + policy_returns(result)
     )
 
 
-def policy_returns(result: dict[str, Any], most: int = 4) -> str:
+def policy_returns(result: IterationResult, most: int = 4) -> str:
     """A multi-agent run's per-policy return means (its `return` is the team's), the first `most` of them."""
-    policies = result.get("policies")
-    if not isinstance(policies, dict) or not policies:
-        return ""
-    shown = [f"{name} {stats['episodeReturnMean']:.1f}" for name, stats in list(policies.items())[:most]
-             if isinstance(stats.get("episodeReturnMean"), int | float)]
+    shown = [f"{name} {policy.episode_return_mean:.1f}" for name, policy in list(result.policies.items())[:most]
+             if policy.episode_return_mean is not None]
     return f" | {', '.join(shown)}" if shown else ""
 
 
@@ -55,8 +53,8 @@ class Progress(RunObserver):
         self.seconds = 0.0  # the last result's timeSeconds
         self._last_line = 0.0
 
-    def on_iteration_end(self, result: dict[str, Any], *, stopping: bool) -> None:
-        self.seconds = result.get("timeSeconds", 0.0)
+    def on_iteration_end(self, result: IterationResult, *, stopping: bool) -> None:
+        self.seconds = result.time_seconds
         if self.bar is not None:
             self.bar.update(result, final=stopping, extra=policy_returns(result))
         elif not self.quiet and (stopping or time.monotonic() - self._last_line >= LOG_LINE_SECONDS):

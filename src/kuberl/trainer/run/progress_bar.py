@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 if TYPE_CHECKING:
     from kuberl.api.types import StopSpec
+    from kuberl.trainer.iteration_result import IterationResult
 
 BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
 COUNTER_FORMAT = "{desc} {n_fmt} [{elapsed}{postfix}]"
@@ -26,41 +28,48 @@ REDRAW_SECONDS = 0.5
 
 @dataclass(frozen=True)
 class Criterion:
-    """A stop criterion the bar can count towards: its name in the manifest, the result key, the unit."""
+    """A stop criterion the bar can count towards: its name in the manifest, what it counts, the unit."""
 
     name: str
-    key: str
     unit: str
     target: int
 
-    def value(self, result: dict[str, Any]) -> float:
-        return float(result.get(self.key) or 0)
+    def value(self, result: IterationResult) -> float:
+        return float(COUNTED[self.name](result))
+
+
+# What each countable stop criterion counts, in a result.
+COUNTED: dict[str, Callable[[IterationResult], float]] = {
+    "timesteps": lambda result: result.timesteps,
+    "iterations": lambda result: result.iteration,
+    "timeSeconds": lambda result: result.time_seconds,
+}
 
 
 def countable_criteria(stop: StopSpec) -> list[Criterion]:
     """The stop criteria that grow with training, in the order `stop_reason` checks them."""
-    candidates = (("timesteps", "timesteps", "steps", stop.timesteps), ("iterations", "iteration", "it", stop.iterations),
-                  ("timeSeconds", "timeSeconds", "s", stop.time_seconds))
-    return [Criterion(name, key, unit, target) for name, key, unit, target in candidates if target is not None]
+    candidates = (("timesteps", "steps", stop.timesteps), ("iterations", "it", stop.iterations),
+                  ("timeSeconds", "s", stop.time_seconds))
+    return [Criterion(name, unit, target) for name, unit, target in candidates if target is not None]
 
 
-def leading_criterion(criteria: list[Criterion], result: dict[str, Any]) -> Criterion | None:
+def leading_criterion(criteria: list[Criterion], result: IterationResult) -> Criterion | None:
     """The criterion closest to done (the first listed on a tie), or None when there is none to count."""
     if not criteria:
         return None
     return max(criteria, key=lambda c: c.value(result) / c.target)
 
 
-def bar_postfix(stop: StopSpec, result: dict[str, Any]) -> str:
+def bar_postfix(stop: StopSpec, result: IterationResult) -> str:
     """What the bar shows after the ETA: steps/s, the return mean (and its target), an evaluation's."""
-    parts = [f"{result.get('envStepsPerSecond', 0.0):,.0f} steps/s"]
-    ret = result.get("episodeReturnMean")
-    ret_text = f"{ret:.1f}" if isinstance(ret, int | float) and math.isfinite(ret) else "-"
+    parts = [f"{result.env_steps_per_second:,.0f} steps/s"]
+    ret = result.episode_return_mean
+    ret_text = f"{ret:.1f}" if ret is not None and math.isfinite(ret) else "-"
     target = stop.episode_return_mean
     parts.append(f"return {ret_text}" + (f" -> {target:g}" if target is not None else ""))
-    evaluated = (result.get("evaluation") or {}).get("returnMean")
-    if isinstance(evaluated, int | float) or stop.evaluation_return_mean is not None:
-        eval_text = f"{evaluated:.1f}" if isinstance(evaluated, int | float) else "-"
+    evaluated = result.evaluation.return_mean if result.evaluation is not None else None
+    if evaluated is not None or stop.evaluation_return_mean is not None:
+        eval_text = f"{evaluated:.1f}" if evaluated is not None else "-"
         eval_target = stop.evaluation_return_mean
         parts.append(f"eval {eval_text}" + (f" -> {eval_target:g}" if eval_target is not None else ""))
     return ", ".join(parts)
@@ -75,10 +84,10 @@ class StopBar:
         self.criteria = countable_criteria(stop)
         self.bar: tqdm | None = None
         self.following: Criterion | None = None
-        self._first: dict[str, Any] = {}
+        self._first: IterationResult | None = None
         self._drawn = 0.0
 
-    def update(self, result: dict[str, Any], *, final: bool = False, extra: str = "") -> None:
+    def update(self, result: IterationResult, *, final: bool = False, extra: str = "") -> None:
         """Draws `result` (at most every REDRAW_SECONDS unless `final`); `extra` goes at the end of the postfix."""
         if self.bar is None:
             self._first = result
@@ -87,7 +96,7 @@ class StopBar:
         if self.bar is None or leading != self.following:
             self._follow(leading, postfix)
         assert self.bar is not None
-        value = leading.value(result) if leading is not None else float(result.get("iteration", 0))
+        value = leading.value(result) if leading is not None else float(result.iteration)
         self.bar.set_postfix_str(postfix, refresh=False)
         # tqdm drops a total that n has passed, and a run's last iteration usually passes its target
         self.bar.n = int(min(value, self.bar.total) if self.bar.total is not None else value)
@@ -102,7 +111,9 @@ class StopBar:
 
     def _follow(self, criterion: Criterion | None, postfix: str) -> None:
         """Count towards `criterion`, from its value at the first result (tqdm's average rate since then)."""
-        base = criterion.value(self._first) if criterion is not None else float(self._first.get("iteration", 0))
+        first = self._first
+        assert first is not None
+        base = criterion.value(first) if criterion is not None else float(first.iteration)
         options: dict[str, Any] = {
             "desc": criterion.name if criterion is not None else "iterations",
             "total": criterion.target if criterion is not None else None,

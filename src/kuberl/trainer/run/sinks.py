@@ -7,17 +7,18 @@ is retried with the storage backoff.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kuberl.trainer.run.observer import RunObserver
 from kuberl.trainer.storage.background import BackgroundWriter
 
 if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import ResultLine
     from kuberl.trainer.storage.run import RunStorage
 
 
 class ResultSink(Protocol):
-    def write(self, result: dict[str, Any]) -> None:
+    def write(self, result: ResultLine) -> None:
         """Take one result (as written to results.jsonl, `evaluation` included); runs in the background."""
 
     def close(self) -> None:
@@ -31,9 +32,9 @@ class ResultSinks:
         self.sinks = list(sinks)
         self.background = background
 
-    def write(self, result: dict[str, Any]) -> None:
+    def write(self, result: ResultLine) -> None:
         for sink in self.sinks:
-            self.background.submit(f"{type(sink).__name__} iteration {result.get('iteration')}",
+            self.background.submit(f"{type(sink).__name__} iteration {result.iteration}",
                                    lambda sink=sink: sink.write(result))
 
     def close(self) -> None:
@@ -48,6 +49,6 @@ class ResultLines(RunObserver):
         self.run = run
         self.sinks = sinks
 
-    def on_line(self, line: dict[str, Any]) -> None:
-        self.run.append_result(line)
+    def on_line(self, line: ResultLine) -> None:
+        self.run.append_result(line.to_json())
         self.sinks.write(line)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kuberl.api.contract import SUMMARY_KEYS, TERMINATION_LOG_LIMIT, exit_code_for
 from kuberl.api.types import StopSpec
+
+if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import IterationResult
 
 
 @dataclass
@@ -29,20 +32,20 @@ class Summary:
         return exit_code_for(self.result)
 
 
-def stop_reason(stop: StopSpec, result: dict[str, Any]) -> str | None:
+def stop_reason(stop: StopSpec, result: IterationResult) -> str | None:
     """Which stop criterion a training result meets, or None to go on."""
-    ret = result.get("episodeReturnMean")
+    ret = result.episode_return_mean
     if stop.episode_return_mean is not None and ret is not None and ret >= stop.episode_return_mean:
         return f"episodeReturnMean {ret:.1f} >= {stop.episode_return_mean:g}"
-    if stop.timesteps is not None and result.get("timesteps", 0) >= stop.timesteps:
-        return f"timesteps {result['timesteps']:,} >= {stop.timesteps:,}"
-    evaluated = (result.get("evaluation") or {}).get("returnMean")
+    if stop.timesteps is not None and result.timesteps >= stop.timesteps:
+        return f"timesteps {result.timesteps:,} >= {stop.timesteps:,}"
+    evaluated = result.evaluation.return_mean if result.evaluation is not None else None
     if stop.evaluation_return_mean is not None and evaluated is not None and evaluated >= stop.evaluation_return_mean:
         return f"evaluationReturnMean {evaluated:.1f} >= {stop.evaluation_return_mean:g}"
-    if stop.iterations is not None and result.get("iteration", 0) >= stop.iterations:
-        return f"iteration {result['iteration']} >= {stop.iterations}"
-    if stop.time_seconds is not None and result.get("timeSeconds", 0.0) >= stop.time_seconds:
-        return f"timeSeconds {result['timeSeconds']:.0f} >= {stop.time_seconds}"
+    if stop.iterations is not None and result.iteration >= stop.iterations:
+        return f"iteration {result.iteration} >= {stop.iterations}"
+    if stop.time_seconds is not None and result.time_seconds >= stop.time_seconds:
+        return f"timeSeconds {result.time_seconds:.0f} >= {stop.time_seconds}"
     return None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment
     from kuberl.trainer.algorithms.base import Algorithm
     from kuberl.trainer.evaluation.run_evaluations import RunEvaluations
+    from kuberl.trainer.iteration_result import EvaluationLine, IterationResult
     from kuberl.trainer.run.checkpoint_cadence import CheckpointCadence
     from kuberl.trainer.run.episode_traces import EpisodeTraces
     from kuberl.trainer.run.live_status import LiveStatus
@@ -118,19 +119,18 @@ class TrainingRun:
         self.termination.install()
         self._stack.callback(self.termination.restore)
 
-        result: dict[str, Any] = {}
+        result: IterationResult | None = None
         reason = None
         while reason is None and not self.termination.requested.is_set():
-            result = self.algo.train()
-            result["attempt"] = self.status.attempt
+            result = replace(self.algo.train_iteration(), attempt=self.status.attempt)
             if self._defaults_record is not None:  # the first results line says what the defaults chose
-                result["defaults"], self._defaults_record = self._defaults_record, None
-            self.observers.on_result(result)
+                result, self._defaults_record = replace(result, defaults=self._defaults_record), None
+            result = self.observers.on_result(result)
             reason = stop_reason(self.experiment.spec.stop, result)
-            lines = [result]
+            after: list[EvaluationLine] = []
             if reason is not None:  # such as an evaluation of the last policy; a signal's grace period is too short
-                lines += self.observers.on_last_result(result)
-            for line in lines:
+                result, after = self.observers.on_last_result(result)
+            for line in [result, *after]:
                 self.observers.on_line(line)
             self.observers.on_iteration_end(result, stopping=reason is not None)
         return self._end(result, reason, store.uri)
@@ -275,7 +275,7 @@ class TrainingRun:
     def _checkpoint_written(self, info: CheckpointInfo) -> None:
         self.observers.on_checkpoint_written(info, self.checkpoints.last_duration_seconds or 0.0)
 
-    def _end(self, result: dict[str, Any], reason: str | None, run_uri: str) -> Summary:
+    def _end(self, result: IterationResult | None, reason: str | None, run_uri: str) -> Summary:
         self.observers.on_loop_end()
         final = self.cadence.final(result, timeout=self.settings.final_checkpoint_seconds)
         if reason is None:
@@ -284,9 +284,9 @@ class TrainingRun:
                               f"stopped by {signal_name or 'a signal'} after a final checkpoint")
         else:
             summary = Summary(RESULT_SUCCEEDED, "StopCriterion", reason)
-        summary.iteration = result.get("iteration", 0)
-        summary.timesteps = result.get("timesteps", 0)
-        summary.episodeReturnMean = result.get("episodeReturnMean")
+        if result is not None:
+            summary.iteration, summary.timesteps = result.iteration, result.timesteps
+            summary.episodeReturnMean = result.episode_return_mean
         summary.evaluationReturnMean = self.status.snapshot()["evaluationReturnMean"]
         summary.lastCheckpoint = final.uri if final is not None else None
         summary.runUri = run_uri

@@ -20,12 +20,15 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.faults import env_seconds
 from kuberl.trainer.tracking.scalars import result_scalars
 from kuberl.trainer.tracking.sink import TrackerDisabled, TrackerSink
+
+if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import ResultLine
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +73,11 @@ class MLflowSink(TrackerSink):
         self.submit("MLflow run", lambda: None)
 
     # -- the result sink ---------------------------------------------------------------------------
-    def write(self, result: dict[str, Any]) -> None:
-        step = int(result.get("timesteps", 0))
+    def write(self, result: ResultLine) -> None:
+        step = result.timesteps
         scalars = result_scalars(result)
         stamp = int(time.time() * 1000)
-        self.submit(f"MLflow metrics of iteration {result.get('iteration')}",
+        self.submit(f"MLflow metrics of iteration {result.iteration}",
                     lambda: self._log_metrics(scalars, step, stamp))
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ exported (checkpoint.export); at the end MLflow and W&B get the final checkpoint
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from kuberl.trainer.tracking.tensorboard import TensorBoardSink
 
 if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment
+    from kuberl.trainer.iteration_result import IterationResult
     from kuberl.trainer.run.summary import Summary
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore
@@ -65,13 +67,11 @@ class RunTracking(RunObserver):
         problems = [sink.problem for sink in (self.mlflow, self.wandb) if sink is not None and sink.problem]
         return "; ".join(problems) if problems else None
 
-    def on_result(self, result: dict[str, Any]) -> None:
+    def on_result(self, result: IterationResult) -> IterationResult:
         """Say in the result when MLflow or W&B is not logging (results.jsonl keeps the flag)."""
-        flags = {name: {"ok": False, "problem": sink.problem}
-                 for name, sink in (("mlflow", self.mlflow), ("wandb", self.wandb))
-                 if sink is not None and sink.problem}
-        if flags:
-            result["tracking"] = flags
+        problems = {name: sink.problem for name, sink in (("mlflow", self.mlflow), ("wandb", self.wandb))
+                    if sink is not None and sink.problem}
+        return replace(result, tracking=problems) if problems else result
 
     def on_checkpoint(self, iteration: int) -> None:
         self.exports.submit(self.algo, iteration)

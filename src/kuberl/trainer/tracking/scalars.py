@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import ResultLine
 
 # Counters that are the step itself, or bookkeeping no curve needs.
 NOT_SCALARS = frozenset({"iteration", "timesteps", "attempt"})
 
 
-def result_scalars(result: dict[str, Any], separator: str = "/") -> dict[str, float]:
-    """Every finite number of a result, nested keys joined ("learner/policyLoss",
+def result_scalars(result: ResultLine, separator: str = "/") -> dict[str, float]:
+    """Every finite number of a results line, named by its results.jsonl keys, nested keys joined ("learner/policyLoss",
     "evaluation/returnMean", "replay/shard_0/size"); booleans, strings, lists and NaN are left out."""
     scalars: dict[str, float] = {}
 
@@ -21,7 +24,7 @@ def result_scalars(result: dict[str, Any], separator: str = "/") -> dict[str, fl
         elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             scalars[prefix] = float(value)
 
-    for key, value in result.items():
+    for key, value in result.to_json().items():
         if key not in NOT_SCALARS:
             visit(str(key), value)
     return scalars

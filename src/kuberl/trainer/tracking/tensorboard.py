@@ -18,11 +18,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kuberl.trainer.storage.base import ObjectStore, StorageError
 from kuberl.trainer.storage.stores import open_store
 from kuberl.trainer.tracking.scalars import result_scalars
+
+if TYPE_CHECKING:
+    from kuberl.trainer.iteration_result import ResultLine
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +55,9 @@ class TensorBoardSink:
         self._key = ""
         self._files_opened = 0
         self._uploaded_size = 0
-        self._last_result: dict[str, Any] | None = None
+        self._last_result: ResultLine | None = None
 
-    def write(self, result: dict[str, Any]) -> None:
+    def write(self, result: ResultLine) -> None:
         # The background writer calls this again after a failed upload: log each result once.
         if result is not self._last_result:
             self._add(result)
@@ -64,8 +67,8 @@ class TensorBoardSink:
             self._writer.close()
             self._writer, self._path, self._uploaded_size = None, None, 0
 
-    def _add(self, result: dict[str, Any]) -> None:
-        step = int(result.get("timesteps", 0))
+    def _add(self, result: ResultLine) -> None:
+        step = result.timesteps
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -36,6 +36,7 @@ from kuberl.trainer.tracking.sink import TrackerDisabled, TrackerSink
 
 if TYPE_CHECKING:
     from kuberl.api.types import WandbSpec
+    from kuberl.trainer.iteration_result import ResultLine
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,11 @@ def wandb_config(spec: dict[str, Any], kuberl: dict[str, Any]) -> dict[str, Any]
     return {**spec, "kuberl": kuberl}
 
 
-def logged_row(result: dict[str, Any]) -> dict[str, Any]:
+def logged_row(result: ResultLine) -> dict[str, float | int]:
     """What one result logs: its scalars (named as in TensorBoard), the iteration and the step metric."""
-    row: dict[str, Any] = dict(result_scalars(result))
-    row["iteration"] = int(result.get("iteration", 0))
-    row[STEP_METRIC] = int(result.get("timesteps", 0))
+    row: dict[str, float | int] = dict(result_scalars(result))
+    row["iteration"] = result.iteration
+    row[STEP_METRIC] = result.timesteps
     return row
 
 
@@ -93,10 +94,10 @@ class WandbSink(TrackerSink):
         self.submit("W&B run", lambda: None)
 
     # -- the result sink ---------------------------------------------------------------------------
-    def write(self, result: dict[str, Any]) -> None:
+    def write(self, result: ResultLine) -> None:
         row = logged_row(result)
-        video = (result.get("evaluation") or {}).get("video") if isinstance(result.get("evaluation"), dict) else None
-        self.submit(f"W&B metrics of iteration {result.get('iteration')}", lambda: self._log(row, video))
+        video = result.evaluation.video if result.evaluation is not None else None
+        self.submit(f"W&B metrics of iteration {result.iteration}", lambda: self._log(row, video))
 
     def sync_files(self) -> None:
         """Copy W&B's new or grown files into the store (offline mode on a remote store); at checkpoints."""
@@ -162,8 +163,8 @@ class WandbSink(TrackerSink):
         self._run, self.run_id = run, run_id
         log.info("W&B: run %s (%s)%s", run_id, self.mode, f" {run.url}" if getattr(run, "url", None) else "")
 
-    def _log(self, row: dict[str, Any], video: str | None) -> None:
-        row = dict(row)
+    def _log(self, logged: dict[str, float | int], video: str | None) -> None:
+        row: dict[str, Any] = dict(logged)
         if video:
             media = self._video(video)
             if media is not None:
