@@ -8,8 +8,17 @@ from dataclasses import replace
 
 import pytest
 
-from kuberl.api.contract import EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_SUCCEEDED, EXIT_TERMINATED
-from kuberl.api.types import StopSpec
+from kuberl.api.contract import (
+    EXIT_FAILED,
+    EXIT_INVALID_SPEC,
+    EXIT_SUCCEEDED,
+    EXIT_TERMINATED,
+    RESULT_FAILED,
+    RESULT_INVALID_SPEC,
+    RESULT_SUCCEEDED,
+    RESULT_TERMINATED,
+)
+from kuberl.api.types import Phase, StopSpec
 from kuberl.trainer.iteration_result import IterationResult
 from kuberl.trainer.run.live_status import LiveStatus
 from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
@@ -90,3 +99,16 @@ def test_status_server_serves_status_and_metrics():
             urllib.request.urlopen(f"{base}/nope", timeout=5)
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(("result", "phase"), [
+    (RESULT_SUCCEEDED, Phase.SUCCEEDED), (RESULT_FAILED, Phase.FAILED), (RESULT_INVALID_SPEC, Phase.FAILED),
+    (RESULT_TERMINATED, Phase.RUNNING),  # a signal: the operator decides what comes next
+])
+def test_how_a_run_ended_is_its_result_and_the_phase_stays_a_phase(result: str, phase: Phase) -> None:
+    status = LiveStatus()
+    status.update(phase=Phase.RUNNING)
+    status.finish(result)
+    snapshot = status.snapshot()
+    assert (snapshot["phase"], snapshot["result"]) == (phase, result)
+    assert snapshot["phase"] in set(Phase)

@@ -83,7 +83,8 @@ class Progress(TypedDict, total=False):
 class TrainerStatus(Progress, total=False):
     """The JSON of GET STATUS_PATH."""
 
-    phase: str  # Starting | Running, then the summary's result
+    phase: str  # a Phase: Starting, Running, then Succeeded or Failed (a signal leaves it as it was)
+    result: str | None  # how the run ended, once it has: one of the RESULT_* names
     attempt: int
     timeSeconds: float
     envStepsPerSecond: float

@@ -70,7 +70,7 @@ def run_training(experiment: RLExperiment, options: TrainOptions, settings: Trai
             server.shutdown()
         if capture is not None:
             capture.stop()
-    status.update(phase=summary.result)
+    status.finish(summary.result)
     if options.in_cluster:
         write_termination_log(summary, settings.termination_log)
     return summary

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from kuberl.api.contract import RESULT_FAILED, RESULT_INVALID_SPEC, RESULT_SUCCEEDED
 from kuberl.api.types import Phase
 from kuberl.trainer.run.observer import RunObserver
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 class LiveStatus:
     """What GET /status answers; updated by the training loop, read by the status server."""
 
-    phase: str = Phase.STARTING
+    phase: Phase = Phase.STARTING
+    result: str | None = None  # how the run ended (a RESULT_* name of kuberl.api.contract), once it has
     attempt: int = 1
     iteration: int = 0
     timesteps: int = 0
@@ -42,6 +44,16 @@ class LiveStatus:
         with self.lock:
             for key, value in values.items():
                 setattr(self, key, value)
+
+    def finish(self, result: str) -> None:
+        """The run ended with `result`: its outcome, and the phase it means for the trainer (a signal's
+        Terminated leaves the phase as it was: whether the run goes on is the operator's to decide)."""
+        phase = PHASE_OF_RESULT.get(result, self.phase)
+        self.update(result=result, phase=phase)
+
+
+# The trainer's phase once a run has ended with a result (kuberl.api.contract's RESULT_* names).
+PHASE_OF_RESULT = {RESULT_SUCCEEDED: Phase.SUCCEEDED, RESULT_FAILED: Phase.FAILED, RESULT_INVALID_SPEC: Phase.FAILED}
 
 
 class LiveStatusObserver(RunObserver):
