@@ -26,6 +26,8 @@ from kuberl.api.sweep_validation import sweep_cluster_errors
 from kuberl.api.types import Condition, Phase
 from kuberl.operator import sweep_pbt
 from kuberl.operator.status.conditions import ConditionType
+from kuberl.operator.status.decision import Event
+from kuberl.operator.status.observation import status_of
 from kuberl.sweep import search
 from kuberl.sweep.plan import run_names
 from kuberl.sweep.search import SweepState
@@ -37,7 +39,7 @@ TERMINAL_SWEEP_PHASES = frozenset({SweepPhase.SUCCEEDED, SweepPhase.FAILED})
 class RunObservation:
     """One RLExperiment of a trial, as its status says."""
 
-    phase: str | None = None
+    phase: Phase | None = None
     suspended: bool = False
     timesteps: int | None = None
     value: float | None = None  # the objective metric
@@ -46,13 +48,15 @@ class RunObservation:
 
 
 def observe_run(body: dict[str, Any], metric: str) -> RunObservation:
-    status = body.get("status") or {}
-    value = status.get(metric)
+    """A trial's RLExperiment: its typed status (a phase the operator does not know is none), and the objective
+    metric, whichever progress key of the status it names."""
+    stored = body.get("status") or {}
+    status = status_of(stored)
+    value = stored.get(metric)
     return RunObservation(
-        phase=status.get("phase"), suspended=bool((body.get("spec") or {}).get("suspend")),
-        timesteps=status.get("timesteps"),
+        phase=status.phase, suspended=bool((body.get("spec") or {}).get("suspend")), timesteps=status.timesteps,
         value=float(value) if isinstance(value, int | float) and math.isfinite(value) else None,
-        message=status.get("message"), checkpoint=status.get("lastCheckpoint"))
+        message=status.message, checkpoint=status.last_checkpoint)
 
 
 @dataclass
@@ -61,7 +65,7 @@ class SweepDecision:
     create: list[tuple[TrialRecord, int]] = field(default_factory=list)  # (trial, seed index)
     suspend: list[str] = field(default_factory=list)
     resume: list[str] = field(default_factory=list)
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    events: list[Event] = field(default_factory=list)
 
 
 def invalid(status: RLSweepStatus | None, generation: int | None, errors: list[str], now: str) -> RLSweepStatus:
@@ -154,7 +158,7 @@ def decide_sweep(sweep: RLSweep, stored: RLSweepStatus | None, runs: dict[str, R
             continue
         if seen.phase == Phase.FAILED:
             search.finish(record, TrialState.FAILED, None, seen.message or "the trial failed")
-            decision.events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+            decision.events.append(Event("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
             continue
         record.state = TrialState.RUNNING
         _record_progress(sweep, record, seen)
@@ -162,7 +166,7 @@ def decide_sweep(sweep: RLSweep, stored: RLSweepStatus | None, runs: dict[str, R
             step, value = record.intermediate[-1]
             search.finish(record, TrialState.PRUNED, value, f"pruned at {int(step):,} steps "
                           f"({spec.early_stopping.algorithm if spec.early_stopping else ''}); suspended")
-            decision.events.append(("Normal", "TrialPruned", f"trial {record.name}: {record.message}"))
+            decision.events.append(Event("Normal", "TrialPruned", f"trial {record.name}: {record.message}"))
 
     ended = None if finished_before else search.outcome(spec, state)
     if ended is not None:
@@ -173,8 +177,8 @@ def decide_sweep(sweep: RLSweep, stored: RLSweepStatus | None, runs: dict[str, R
         status.message = ended.message
         status.completion_time = now
         status.conditions = _conditions(status.conditions, ended.phase, ended.reason, ended.message, now)
-        decision.events.append(("Normal" if ended.phase == SweepPhase.SUCCEEDED else "Warning", ended.reason,
-                                ended.message))
+        decision.events.append(Event("Normal" if ended.phase == SweepPhase.SUCCEEDED else "Warning", ended.reason,
+                                     ended.message))
     elif not finished_before:
         proposed = search.propose(spec, state, sweep.name)
         if pbt:

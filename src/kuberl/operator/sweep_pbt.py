@@ -20,13 +20,12 @@ from typing import Any
 
 from kuberl.api.sweep_types import FINISHED_TRIAL_STATES, RLSweepSpec, TrialRecord, TrialState
 from kuberl.api.types import Phase
+from kuberl.operator.status.decision import Event
 from kuberl.sweep import search
 from kuberl.sweep.pbt import round_message, step_round
 from kuberl.sweep.plan import record_round, round_end, rounds
 from kuberl.sweep.plan import segment_name as _segment_name
 from kuberl.sweep.search import SweepState
-
-Event = tuple[str, str, str]  # (type, reason, message)
 
 
 def segment_name(record: TrialRecord, round_number: int) -> str:
@@ -51,13 +50,13 @@ def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any])
         if seen.phase == Phase.FAILED:
             search.finish(record, TrialState.FAILED, None,
                           f"{segment_name(record, current)}: {seen.message or 'the run failed'}")
-            events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+            events.append(Event("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
         elif seen.phase == Phase.SUCCEEDED:
             if seen.value is None or (not last and seen.checkpoint is None):
                 missing = f"reporting {metric}" if seen.value is None else "a checkpoint to continue from"
                 search.finish(record, TrialState.FAILED, None,
                               f"{segment_name(record, current)} succeeded without {missing}")
-                events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+                events.append(Event("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
             else:
                 record.state = TrialState.RUNNING
                 record_round(record, end, seen.value)
@@ -76,7 +75,7 @@ def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any])
         if seen is None or seen.checkpoint is None:  # its run was deleted after it succeeded
             search.finish(record, TrialState.FAILED, None, f"{segment_name(record, current)} is gone: nothing to "
                           "continue from")
-            events.append(("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
+            events.append(Event("Warning", "TrialFailed", f"trial {record.name}: {record.message}"))
         else:
             checkpoints[record.number] = seen.checkpoint
     if not checkpoints:
@@ -86,7 +85,7 @@ def observe_round(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any])
 
 def _step(spec: RLSweepSpec, state: SweepState, checkpoints: dict[int, str]) -> Event:
     steps = step_round(spec, state, checkpoints)
-    return ("Normal", "PBTRound", round_message(spec, state, steps))
+    return Event("Normal", "PBTRound", round_message(spec, state, steps))
 
 
 def to_create(spec: RLSweepSpec, state: SweepState, runs: Mapping[str, Any]) -> list[TrialRecord]:

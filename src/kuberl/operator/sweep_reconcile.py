@@ -129,7 +129,7 @@ def reconcile_sweep(cluster: Cluster, namespace: str, name: str) -> SweepDecisio
         api.set_suspend(namespace, trial, True)
     for trial in decision.resume:
         api.set_suspend(namespace, trial, False)
-    for type_, reason, message in decision.events:
+    for event in decision.events:
         with contextlib.suppress(ApiException, OSError):  # best effort: the status says the same
-            cluster.post_event(body, type_, reason, message)
+            cluster.post_event(body, event.type, event.reason, event.message)
     return decision
