@@ -478,11 +478,14 @@ class RLExperimentSpec(StrictModel):
                                        description="Gang scheduling of the head and workers.")
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
 class Condition(StrictModel):
     """A metav1.Condition."""
 
     type: str
-    status: Literal["True", "False", "Unknown"]
+    status: ConditionStatus
     reason: str = ""
     message: str = ""
     last_transition_time: str | None = None

@@ -60,7 +60,8 @@ def _api_message(exc: ApiException) -> str:
 
 
 def _json(response: Any) -> dict[str, Any]:
-    return json.loads(response.data)
+    obj: dict[str, Any] = json.loads(response.data)
+    return obj
 
 
 POD_GROUPS = "podgroups"
@@ -94,8 +95,9 @@ class Cluster:
         return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
-                                                   _preload_content=False))["items"]
+        items: list[dict[str, Any]] = _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                                          _preload_content=False))["items"]
+        return items
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _or_none(self.core.read_namespaced_secret, name, namespace)

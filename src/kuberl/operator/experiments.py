@@ -43,7 +43,7 @@ def retry_seconds(failures: int) -> float:
     """The wait before retry number `failures`: doubling from the first to the longest; any count is
     safe (2.0 * 2**1024 would overflow a float, as the storage writers' backoff once did)."""
     first, longest = RETRY_BACKOFF
-    return min(first * 2 ** min(failures - 1, 32), longest)
+    return min(first * 2.0 ** min(failures - 1, 32), longest)
 
 
 Work = Callable[[Experiment], Awaitable[None]]

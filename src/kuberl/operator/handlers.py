@@ -52,7 +52,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     settings.persistence.diffbase_storage = NoDiffBase()  # no change handlers: nothing to diff or record
     settings.persistence.progress_storage = NoProgress()
     settings.posting.level = logging.WARNING  # events are the operator's own, not Kopf's log lines
@@ -76,8 +76,10 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
-                           logger: logging.Logger, **_: Any) -> None:
+async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None,
+                           memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    if namespace is None:  # RLExperiments are namespaced: Kopf always names one
+        return
     key = (namespace, name)
     meta = body.get("metadata", {})
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
@@ -97,10 +99,10 @@ async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, nam
 
 
 @kopf.on.event("", "v1", "pods", labels={APP_LABEL: APP_NAME, ROLE_LABEL: kopf.PRESENT})
-async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo: kopf.Memo,
-                      logger: logging.Logger, **_: Any) -> None:
+async def pod_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: kopf.Memo,
+                      logger: kopf.Logger, **_: Any) -> None:
     experiment = experiment_of_pod(dict(body))
-    if experiment is None:
+    if experiment is None or namespace is None:
         return
     if event.get("type") == "ADDED" and not body.get("status", {}).get("containerStatuses"):
         return  # the operator's own fresh pod: nothing to decide until the kubelet reports on it
@@ -163,7 +165,7 @@ def _forget(memo: kopf.Memo, key: Key) -> None:
     metrics.publish_phases(memo.experiments.phases())
 
 
-async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
+async def _poll_loop(memo: kopf.Memo, logger: kopf.Logger) -> None:
     """Every status_poll_seconds, each experiment in turn: read the trainer's progress, reconcile.
     One loop for all experiments, each on its own schedule so that polls spread out."""
     while True:
@@ -173,7 +175,7 @@ async def _poll_loop(memo: kopf.Memo, logger: logging.Logger) -> None:
             await asyncio.gather(*(_poll(memo, record, logger) for record in due), return_exceptions=True)
 
 
-async def _poll(memo: kopf.Memo, record: Experiment, logger: logging.Logger) -> None:
+async def _poll(memo: kopf.Memo, record: Experiment, logger: kopf.Logger) -> None:
     if record.phase in TERMINAL_PHASES and record.ttl_seconds is None:
         return
     if record.phase in POLLED_PHASES and record.head_ip:

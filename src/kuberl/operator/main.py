@@ -44,16 +44,16 @@ def run_operator(namespaces: list[str] | None = None, all_namespaces: bool = Fal
     # peering is mandatory: Kopf pauses until its KopfPeering/ClusterKopfPeering object exists (the chart
     # creates it); KUBERL_PEERING=off runs standalone instead.
     peering_name = os.environ.get("KUBERL_PEERING_NAME") or PEERING_NAME
-    settings = kopf.OperatorSettings()
+    kopf_settings = kopf.OperatorSettings()
     # Named namespaces need nothing cluster-wide: without scanning, Kopf neither lists namespaces nor
     # watches CRDs, so a namespaced install needs no ClusterRole (the CRD must exist at start-up).
-    settings.scanning.disabled = not clusterwide
+    kopf_settings.scanning.disabled = not clusterwide
     kopf.run(
-        settings=settings,
+        settings=kopf_settings,
         clusterwide=clusterwide,
         namespaces=chosen,
         standalone=standalone,
-        **({} if standalone else {"peering_name": peering_name}),
+        peering_name=None if standalone else peering_name,
         liveness_endpoint=f"http://{host}:{health_port}/healthz" if health_port else None,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import aiohttp
 
@@ -26,4 +27,4 @@ async def fetch_trainer_status(session: aiohttp.ClientSession, pod_ip: str, port
             body = json.loads(await resp.text())
     except (aiohttp.ClientError, TimeoutError, ValueError, OSError):
         return None
-    return body if isinstance(body, dict) else None
+    return cast(TrainerStatus, body) if isinstance(body, dict) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from kuberl.api.contract import (
     REQUIRED_CREDENTIAL_KEYS,
     RESTARTS_ANNOTATION,
     WORKER_ROLE,
+    TrainerStatus,
 )
 from kuberl.api.types import TERMINAL_PHASES, RLExperiment
 from kuberl.api.validation import ManifestError, cluster_errors, validate_document
@@ -139,8 +141,9 @@ def all_at_once(calls: list[Callable[[], bool]]) -> list[bool]:
     futures = [_creators.submit(call) for call in calls]
     concurrent.futures.wait(futures)
     for future in futures:
-        if future.exception() is not None:
-            raise future.exception()
+        error = future.exception()
+        if error is not None:
+            raise error
     return [future.result() for future in futures]
 
 
@@ -155,7 +158,7 @@ def ensure_children(cluster: Cluster, experiment: RLExperiment, owner: Owner, se
                                      prometheus_namespace=settings.prometheus_namespace,
                                      status_port=settings.status_port)]
     created = dict(zip(("secret", "config", "service", "policy"),
-                       all_at_once([lambda body=body: cluster.create(body) for body in children]), strict=True))
+                       all_at_once([functools.partial(cluster.create, body) for body in children]), strict=True))
     if not created["config"] and update_config:
         existing = cluster.config_map(owner.namespace, config["metadata"]["name"]) or {}
         if existing.get("data") != config["data"]:
@@ -170,7 +173,7 @@ def _status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: str, *,
-                   trainer: dict[str, Any] | None, ensured_generation: int | None,
+                   trainer: TrainerStatus | None, ensured_generation: int | None,
                    now: datetime.datetime | None = None) -> PassResult | None:
     """Observe, decide, apply. `ensured_generation`: the generation whose children (ConfigMap included)
     this operator process already wrote, so that a pass can skip re-reading and re-creating them."""
@@ -268,7 +271,7 @@ def _apply(cluster: Cluster, settings: Settings, body: dict[str, Any], resolved:
                                               status_port=settings.status_port),
                              placement, owner, attempt=decision.worker_attempt, total=total)
                    for index in decision.create_workers]
-        all_at_once([lambda body=body: cluster.create(body) for body in workers])
+        all_at_once([functools.partial(cluster.create, body) for body in workers])
     decision.status.selector = selector(name, WORKER_ROLE) if resolved else None
     stored = {k: v for k, v in (body.get("status") or {}).items() if k in STATUS_FIELDS}  # the rest is not ours
     patch = _status_patch(stored, decision.status.to_manifest())
@@ -280,6 +283,7 @@ def experiment_of_pod(body: dict[str, Any]) -> str | None:
     """The RLExperiment that owns a pod (by ownerReference), if any."""
     for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "RLExperiment" and ref.get("apiVersion", "").startswith("kuberl.io/"):
-            return ref.get("name")
+            owner: str | None = ref.get("name")
+            return owner
     return None
 

@@ -23,7 +23,7 @@ from kuberl.api.sweep_types import (
     TrialState,
 )
 from kuberl.api.sweep_validation import sweep_cluster_errors
-from kuberl.api.types import Condition, Phase
+from kuberl.api.types import Condition, ConditionStatus, Phase
 from kuberl.operator import sweep_pbt
 from kuberl.operator.status.conditions import ConditionType
 from kuberl.operator.status.decision import Event
@@ -84,7 +84,7 @@ def cluster_errors(sweep: RLSweep) -> list[str]:
 
 
 def _conditions(old: list[Condition], ended: Phase | None, reason: str, message: str, now: str) -> list[Condition]:
-    wanted = {
+    wanted: dict[str, ConditionStatus] = {
         ConditionType.SUCCEEDED: ("True" if ended == Phase.SUCCEEDED else "False" if ended == Phase.FAILED
                                   else "Unknown"),
         ConditionType.FAILED: "True" if ended == Phase.FAILED else "False",

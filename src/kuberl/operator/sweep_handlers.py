@@ -9,7 +9,6 @@ backoff. The operator keeps nothing of a sweep in memory that its status does no
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import kopf
@@ -28,8 +27,10 @@ async def configure_sweeps(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, SWEEP_PLURAL)
-async def sweep_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str, memo: kopf.Memo,
-                      logger: logging.Logger, **_: Any) -> None:
+async def sweep_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo,
+                      logger: kopf.Logger, **_: Any) -> None:
+    if namespace is None:  # RLSweeps are namespaced: Kopf always names one
+        return
     key = (namespace, name)
     meta = body.get("metadata", {})
     if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
@@ -43,10 +44,11 @@ async def sweep_event(event: kopf.RawEvent, body: kopf.Body, name: str, namespac
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, labels={SWEEP_LABEL: kopf.PRESENT})
-async def trial_event(body: kopf.Body, namespace: str, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+async def trial_event(body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger,
+                      **_: Any) -> None:
     owner = next((ref.get("name") for ref in body.get("metadata", {}).get("ownerReferences") or []
                   if ref.get("kind") == SWEEP_KIND), None)
-    if owner is not None:
+    if owner is not None and namespace is not None:
         await memo.sweeps.reconcile((namespace, owner), logger)
 
 

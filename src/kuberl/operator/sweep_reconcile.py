@@ -59,7 +59,9 @@ class SweepApi:
 
     def sweep(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL, name)
+            sweep: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SWEEP_PLURAL,
+                                                                             name)
+            return sweep
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 from enum import StrEnum
 
-from kuberl.api.types import TERMINAL_PHASES, Condition, Phase
+from kuberl.api.types import TERMINAL_PHASES, Condition, ConditionStatus, Phase
 from kuberl.operator.status.observation import KUBELET_OOM_KILLED, Observation
 
 MAX_MESSAGE = 1024  # status messages and conditions stay small, whatever a trainer or a spec error says
@@ -65,7 +65,7 @@ class Reason(StrEnum):
 
 
 # phase: the statuses of PHASE_CONDITIONS (Running's Ready and Reconciling follow the workers)
-_BY_PHASE = {
+_BY_PHASE: dict[Phase, tuple[ConditionStatus, ConditionStatus, ConditionStatus, ConditionStatus]] = {
     Phase.PENDING: ("False", "Unknown", "True", "False"),
     Phase.QUEUED: ("False", "Unknown", "True", "False"),
     Phase.STARTING: ("False", "Unknown", "True", "False"),
@@ -83,13 +83,13 @@ def capped(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
 
-def set_condition(conditions: list[Condition], type_: str, status: str, reason: str, message: str,
+def set_condition(conditions: list[Condition], type_: str, status: ConditionStatus, reason: str, message: str,
                   generation: int, now: datetime.datetime) -> list[Condition]:
     """Upsert one condition; lastTransitionTime moves only when its status changes."""
     old = next((c for c in conditions if c.type == type_), None)
-    changed = old is None or old.status != status
+    unchanged_since = old.last_transition_time if old is not None and old.status == status else None
     new = Condition(type=type_, status=status, reason=reason, message=message,
-                    last_transition_time=timestamp(now) if changed else old.last_transition_time or timestamp(now),
+                    last_transition_time=unchanged_since or timestamp(now),
                     observed_generation=generation)
     ordered = [c for c in conditions if c.type != type_] + [new]
     return sorted(ordered, key=lambda c: PHASE_CONDITIONS.index(c.type) if c.type in PHASE_CONDITIONS else 99)
@@ -100,7 +100,8 @@ def conditions_for(phase: Phase, reason: str, message: str, ready: bool, obs: Ob
     conds = list(obs.previous.conditions)
     g, now = obs.generation, obs.now
     if phase == Phase.RUNNING:
-        statuses = ("True" if ready else "False", "Unknown", "False" if ready else "True", "False")
+        statuses: tuple[ConditionStatus, ...] = ("True" if ready else "False", "Unknown", "False" if ready else "True",
+                                                 "False")
     else:
         statuses = _BY_PHASE[phase]
     for type_, status in zip(PHASE_CONDITIONS, statuses, strict=True):

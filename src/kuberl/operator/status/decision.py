@@ -28,7 +28,7 @@ from kuberl.api.contract import (
     RESULT_SUCCEEDED,
     WORKER_ROLE,
 )
-from kuberl.api.types import TERMINAL_PHASES, Failure, Phase, RLExperimentStatus
+from kuberl.api.types import TERMINAL_PHASES, ConditionStatus, Failure, Phase, RLExperimentStatus
 from kuberl.operator.builders.podgroup import KUEUE_GATE
 from kuberl.operator.status.conditions import (
     MAX_MESSAGE,
@@ -319,7 +319,8 @@ def _tracking_condition(decision: Decision, obs: Observation, problem: str | Non
     previous = next((c for c in obs.previous.conditions if c.type == ConditionType.TRACKING_DEGRADED), None)
     if not problem and previous is None:
         return
-    status, reason = ("True", Reason.TRACKING_UNAVAILABLE) if problem else ("False", Reason.TRACKING_LOGGING)
+    status: ConditionStatus = "True" if problem else "False"
+    reason = Reason.TRACKING_UNAVAILABLE if problem else Reason.TRACKING_LOGGING
     message = str(problem or "")[:MAX_MESSAGE]
     decision.status.conditions = set_condition(decision.status.conditions, ConditionType.TRACKING_DEGRADED, status,
                                                reason, message, obs.generation, obs.now)

@@ -7,7 +7,7 @@ import datetime
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -133,7 +133,7 @@ def pod_state(body: dict[str, Any]) -> PodState:
         phase=status.get("phase") or PodPhase.PENDING,
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=terminated.get("exitCode"),
-        termination=summary if isinstance(summary, dict) else None,
+        termination=cast(TerminationSummary, summary) if isinstance(summary, dict) else None,
         termination_text=text[:1024],
         waiting_reason=waiting.get("reason"), waiting_message=waiting.get("message") or "",
         image=containers[0].get("image", ""), ip=status.get("podIP"),
@@ -172,7 +172,7 @@ def refused_changes(running_spec: dict[str, Any] | None, desired_spec: dict[str,
 def with_mutable_fields(running_spec: dict[str, Any], desired_spec: dict[str, Any],
                         mutable: tuple[str, ...] = MUTABLE_FIELDS) -> dict[str, Any]:
     """The running spec with the mutable fields taken from the desired one (what a refused change keeps)."""
-    result = json.loads(json.dumps(running_spec))
+    result: dict[str, Any] = json.loads(json.dumps(running_spec))
     for path in mutable:
         parts = path.split(".")
         source: Any = desired_spec
