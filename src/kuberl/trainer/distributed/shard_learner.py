@@ -24,6 +24,7 @@ import torch
 from kuberl.api.hyperparams import ApexDQNParams, SACParams
 from kuberl.api.types import LearnerSpec
 from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
 
@@ -45,7 +46,7 @@ class OffPolicyLearner(Protocol):
 
     def weights(self) -> dict[str, np.ndarray]: ...
 
-    def take_stats(self) -> dict[str, Any]: ...
+    def take_stats(self) -> dict[str, Scalar]: ...
 
     def state_files(self) -> dict[str, bytes]: ...
 
@@ -144,7 +145,7 @@ class ShardLearner:
         """(updates so far, whether the learner is waiting for more transitions)."""
         return self.learner.updates, self.waiting_for_data
 
-    def take_stats(self) -> dict[str, Any]:
+    def take_stats(self) -> dict[str, Scalar]:
         now = time.perf_counter()
         elapsed = now - self.stats_since
         stats = self.learner.take_stats()

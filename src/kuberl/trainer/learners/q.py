@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kuberl.api.hyperparams import DQNParams
+from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.models.weights import state_dict_to_numpy, torch_bytes, torch_load_bytes
@@ -102,7 +103,7 @@ class QLearner:
         self.target.load_state_dict(self.online.state_dict())
         self.target_syncs += 1
 
-    def take_stats(self) -> dict[str, Any]:
+    def take_stats(self) -> dict[str, Scalar]:
         """Mean loss and Q since the last call, and the running counters."""
         n = self._stat_count
         stats = {

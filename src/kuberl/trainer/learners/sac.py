@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from kuberl.api.hyperparams import SACParams
+from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.models.sac_networks import SquashedGaussianActor, TwinQ
@@ -152,10 +153,10 @@ class SACLearner:
             self._sums[key] = self._sums.get(key, 0.0) + value
         self._stat_count += 1
 
-    def take_stats(self) -> dict[str, Any]:
+    def take_stats(self) -> dict[str, Scalar]:
         """Mean losses, Q, policy entropy since the last call; alpha and the update counter."""
         n = self._stat_count
-        stats: dict[str, Any] = {key: (self._sums.get(key, 0.0) / n if n else None)
+        stats: dict[str, Scalar] = {key: (self._sums.get(key, 0.0) / n if n else None)
                                  for key in ("criticLoss", "actorLoss", "alphaLoss", "meanQ", "entropy")}
         stats.update(updates=self.updates, updatesTotal=self.updates, alpha=self.alpha, targetEntropy=self.target_entropy,
                      device=str(self.device))

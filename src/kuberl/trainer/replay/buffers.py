@@ -15,10 +15,9 @@ overwritten is dropped instead of landing on the wrong transition.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.replay.frames import FrameTransitions
 from kuberl.trainer.replay.rings import ArrayStorage, Batch, FrameStorage, batch_length
 from kuberl.trainer.replay.segment_tree import MinTree, SumTree
@@ -122,7 +121,7 @@ class PrioritizedReplayBuffer(_ReplayBuffer):
         self.dropped_updates += dropped
         return dropped
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Scalar]:
         size = len(self)
         return {
             "size": size,
@@ -163,7 +162,7 @@ class UniformReplayBuffer(_ReplayBuffer):
     def update_priorities(self, ids: np.ndarray, td_errors: np.ndarray) -> int:
         return 0
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Scalar]:
         return {"size": len(self), "capacity": self.capacity, "adds": self.storage.adds, "samples": self.samples}
 
 

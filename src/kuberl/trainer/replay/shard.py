@@ -13,6 +13,7 @@ import numpy as np
 
 from kuberl.trainer.distributed.placement import current_placement
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
+from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
 from kuberl.trainer.replay.frames import FrameTransitions
 
@@ -42,7 +43,7 @@ class ReplayShard:
     def update_priorities(self, ids: np.ndarray, td_errors: np.ndarray) -> int:
         return self.buffer.update_priorities(ids, td_errors)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Scalar]:
         """The buffer's statistics, the bytes it has allocated (`bytes`; per transition slot) and where it runs
         (`node`, `nodeIp`, `host`: `distributed.placement`)."""
         nbytes = self.buffer.nbytes
