@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from kuberl.api import types
 from kuberl.api.contract import APP_LABEL, APP_NAME
@@ -72,9 +73,10 @@ def _structural(node: Any) -> Any:
     return {k: node[k] for k in sorted(node)}
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(_resolve(raw, raw.get("$defs", {})))
+    schema: dict[str, Any] = _structural(_resolve(raw, raw.get("$defs", {})))
+    return schema
 
 
 Column = tuple[str, str, str, int]  # name, type, JSON path, priority (0: always shown)

@@ -269,8 +269,8 @@ def spec_fields_set(experiment: RLExperiment) -> str:
 
 def _train_batch(experiment: RLExperiment, values: dict[str, Any]) -> int:
     rollouts = experiment.spec.rollouts
-    envs = values.get("rollouts.envsPerWorker", rollouts.envs_per_worker)
-    fragment = values.get("rollouts.fragmentLength", rollouts.fragment_length)
+    envs: int = values.get("rollouts.envsPerWorker", rollouts.envs_per_worker)
+    fragment: int = values.get("rollouts.fragmentLength", rollouts.fragment_length)
     return envs * fragment * max(1, rollouts.workers)
 
 

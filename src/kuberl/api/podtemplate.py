@@ -63,7 +63,7 @@ OWNED_RESOURCES = {"cpu": "set spec.{role}.cpu instead", "memory": "set spec.{ro
 STORAGE_ENV_NAMES = (*REQUIRED_CREDENTIAL_KEYS, *OPTIONAL_CREDENTIAL_KEYS)
 
 # Init containers keep the restricted security profile: what the schema can pin, it pins.
-INIT_SECURITY_LIMITS = {
+INIT_SECURITY_LIMITS: dict[str, dict[str, Any]] = {
     "privileged": {"enum": [False]},
     "allowPrivilegeEscalation": {"enum": [False]},
     "runAsNonRoot": {"enum": [True]},
@@ -82,7 +82,9 @@ def _upstream_definitions(version: str) -> dict[str, Any]:
     import importlib.resources
 
     root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
-    return json.loads((root / f"v{version}-local-strict" / "_definitions.json").read_text())["$defs"]
+    definitions: dict[str, Any] = json.loads((root / f"v{version}-local-strict" / "_definitions.json").read_text())
+    defs: dict[str, Any] = definitions["$defs"]
+    return defs
 
 
 def _structural(node: Any, defs: dict[str, Any], seen: tuple[str, ...] = ()) -> Any:
@@ -181,12 +183,13 @@ def write_schema(path: Path = SCHEMA_FILE) -> None:
 @functools.cache
 def template_schema() -> dict[str, Any]:
     """The committed schema (no kubernetes-validate needed at run time)."""
-    return json.loads(SCHEMA_FILE.read_text())
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
+    return schema
 
 
 # --- checking --------------------------------------------------------------------------------------------
 
-_JSON_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
 
 
 def _kind_ok(value: Any, expected: str) -> bool:

@@ -53,7 +53,7 @@ def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        value = info.default_factory()
+        value = info.get_default(call_default_factory=True, validated_data={})
         return "" if isinstance(value, BaseModel) else f"`{value}`"
     return "" if info.default is None else f"`{str(info.default).lower() if isinstance(info.default, bool) else info.default}`"
 
@@ -70,8 +70,8 @@ def description_of(model: type[BaseModel], name: str) -> str:
     """A field's description; a subclass that overrides a field only to change its default or bounds
     (PPOParams.lr) keeps the meaning its nearest base gave it."""
     for cls in model.__mro__:
-        info = getattr(cls, "model_fields", {}).get(name) if isinstance(cls, type) and issubclass(cls, BaseModel) \
-            else None
+        info: FieldInfo | None = cls.model_fields.get(name) \
+            if isinstance(cls, type) and issubclass(cls, BaseModel) else None
         if info is not None and info.description:
             return info.description
     return ""

@@ -9,7 +9,7 @@ value pass the template's own validation) live in sweep_validation.py.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, WithJsonSchema
 
@@ -26,7 +26,7 @@ from kuberl.api.types import (
 
 __all__ = ["API_VERSION", "GROUP", "VERSION"]
 
-KIND = "RLSweep"
+KIND: Final = "RLSweep"
 PLURAL = "rlsweeps"
 SINGULAR = "rlsweep"
 SHORT_NAMES = ["rls"]

@@ -164,7 +164,10 @@ def _template_errors(index: int, parameter: SweepParameter, template: dict[str, 
         probes = [(f"{where}.values[{i}]", v) for i, v in enumerate(parameter.values or [])]
     else:
         cast = int if parameter.type == "int" else float
-        probes = [(f"{where}.low", cast(parameter.low)), (f"{where}.high", cast(parameter.high))]
+        low, high = parameter.low, parameter.high
+        if low is None or high is None:  # a missing end is a range error, reported before this check
+            return []
+        probes = [(f"{where}.low", cast(low)), (f"{where}.high", cast(high))]
     for field, value in probes:
         doc = {"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep_name},
                "spec": trial_spec(template, {parameter.path: value})}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
@@ -18,17 +18,17 @@ from kuberl.api.base import StrictModel
 from kuberl.api.hyperparams import ConvLayer, LayerWidth
 from kuberl.api.podtemplate import template_schema
 
-GROUP = "kuberl.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "RLExperiment"
+GROUP: Final = "kuberl.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = "kuberl.io/v1alpha1"  # GROUP/VERSION written out: the literal type the envelope's field takes
+KIND: Final = "RLExperiment"
 PLURAL = "rlexperiments"
 SINGULAR = "rlexperiment"
 SHORT_NAMES = ["rlx"]
 
 Algorithm = Literal[ALGORITHM_NAMES]  # type: ignore[valid-type]  # the registry's names, so the CRD's enum
 ExportFormat = Literal["onnx", "torchscript"]
-EXPORT_FORMATS: tuple[str, ...] = ExportFormat.__args__  # type: ignore[attr-defined]
+EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
 
 
 class Phase(StrEnum):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -176,7 +177,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-_MESSAGES = {
+_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
     "greater_than": lambda ctx: f"must be > {ctx['gt']}",
     "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
@@ -213,7 +214,7 @@ def _short(name: str, limit: int = 64) -> str:
 
 
 def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
-    by_path: dict[str, tuple[str, dict]] = {}
+    by_path: dict[str, tuple[str, dict[str, Any]]] = {}
     for err in exc.errors():
         # A union (int | str) reports once per member: keep the member that matches the input's type.
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_MEMBERS))
@@ -226,18 +227,18 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
             continue
         by_path[path] = (err["type"], {**err, "loc": loc})
     errors = []
-    for path, (kind, err) in by_path.items():
-        loc = err["loc"]
+    for path, (kind, details) in by_path.items():
+        loc = details["loc"]
         if kind == "extra_forbidden":
             parent = _resolve_model(root, loc[:-1])
             hint = _unknown_field_hint(str(loc[-1]), parent) if parent else ""
             message = f"unknown field{hint}"
-        elif kind == "int_type" and isinstance(err.get("input"), float):
+        elif kind == "int_type" and isinstance(details.get("input"), float):
             message = "must be a whole number"
         elif kind in _MESSAGES:
-            message = _MESSAGES[kind](err.get("ctx") or {})
+            message = _MESSAGES[kind](details.get("ctx") or {})
         else:
-            message = err["msg"]
+            message = details["msg"]
         errors.append(FieldError(path, message))
     return errors
 
