@@ -11,7 +11,7 @@ from kuberl.api.validation import ManifestError
 from kuberl.trainer.algorithms.appo import APPO, APPOConfig
 from kuberl.trainer.algorithms.config import config_class_for
 from kuberl.trainer.algorithms.impala import IMPALA, IMPALAConfig
-from kuberl.trainer.learning.vtrace import bootstrap_rows
+from kuberl.trainer.learning.bootstrap import bootstrap_rows
 
 
 def _config(cls=APPOConfig, env: str = "CartPole-v1", env_config: dict | None = None, **training):

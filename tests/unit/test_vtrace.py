@@ -146,7 +146,7 @@ def test_clipping_bounds_the_correction_of_a_far_off_policy_step() -> None:
 
 
 def test_bootstrap_rows_reuse_the_next_row_inside_an_episode_only() -> None:
-    from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
+    from kuberl.trainer.learning.bootstrap import bootstrap_rows, next_values_from
 
     # env 0: a truncation at t=1, then a reset row (no transition) at t=2; env 1: a termination at t=0.
     terminateds = torch.tensor([[False, True], [False, False], [False, False], [False, False]])

@@ -30,19 +30,6 @@ def export_key(iteration: int, fmt: str, policy: str | None = None) -> str:
     return f"{EXPORTS}/policy-{iteration:06d}{f'-{policy}' if policy else ''}{SUFFIXES[fmt]}"
 
 
-def latest_exports(store: ObjectStore) -> dict[str, str]:
-    """The newest exported policy per format, {format: key}."""
-    newest: dict[str, tuple[int, str]] = {}
-    for key in store.list(f"{EXPORTS}/"):
-        match = _EXPORT_RE.match(key)
-        if match:
-            fmt = "onnx" if key.endswith(".onnx") else "torchscript"
-            iteration = int(match["iteration"])
-            if fmt not in newest or iteration > newest[fmt][0]:
-                newest[fmt] = (iteration, key)
-    return {fmt: key for fmt, (_, key) in newest.items()}
-
-
 class RunExports:
     def __init__(self, store: ObjectStore, formats: list[str], keep: int, background: BackgroundWriter) -> None:
         self.store = store

@@ -26,10 +26,10 @@ from torch import nn
 
 from kuberl.api.hyperparams import PPOParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
+from kuberl.trainer.learning.bootstrap import bootstrap_rows, next_values_from
 from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16, to_device
 from kuberl.trainer.learning.gae import compute_gae
 from kuberl.trainer.learning.reward_scale import RewardScale
-from kuberl.trainer.learning.vtrace import bootstrap_rows, next_values_from
 from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes

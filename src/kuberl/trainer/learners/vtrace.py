@@ -27,15 +27,9 @@ from torch import nn
 
 from kuberl.api.hyperparams import APPOParams, IMPALAParams
 from kuberl.trainer.learners.files import LEARNER_FILE, MODEL_FILE, OPTIMIZER_FILE
+from kuberl.trainer.learning.bootstrap import bootstrap_rows, next_values_from
 from kuberl.trainer.learning.device import Bf16Setting, learner_autocast, learner_bf16
-from kuberl.trainer.learning.vtrace import (
-    TraceClips,
-    TraceSteps,
-    VTraceReturns,
-    bootstrap_rows,
-    next_values_from,
-    vtrace,
-)
+from kuberl.trainer.learning.vtrace import TraceClips, TraceSteps, VTraceReturns, vtrace
 from kuberl.trainer.models.policy_value import PolicyValueNet
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 
