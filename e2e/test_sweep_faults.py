@@ -1,11 +1,12 @@
 """End-to-end on the real control plane: a PBT RLSweep through faults. A population of two trains three rounds
 of 2,048 env steps (CartPole PPO); in round 0 the operator is killed (SIGKILL: no shutdown, its peering record
-left to expire) while the round's runs train, and started again; in round 1 kube-apiserver itself is
-restarted while the round's runs train (every watch and connection breaks; etcd keeps the state).
+left to expire) while the round's runs are under way (a head pod running, no run finished), and started again;
+in round 1 kube-apiserver itself is restarted at the same point of the round (every watch and connection
+breaks; etcd keeps the state).
 
 The sweep must still end Succeeded, and the cluster's objects, its audit log and S3 must show:
 - no duplicate trial: one RLExperiment per member and round (by name and by its member and round labels),
-  each created once (audit log), each with one head pod created once and run once (attempt 1);
+  each created once (audit log); and neither fault made any run's head pod again (one head, attempt 1);
 - no lost round: every member's run of every round Succeeded and trained to the round's end (results in S3),
   and the sweep's record of each member has one value per round;
 - no member restored from a checkpoint that was not its donor's best: each round's exploit steps (the sweep's
@@ -102,8 +103,10 @@ def test_pbt_sweep_survives_an_operator_kill_and_an_apiserver_restart(cluster, a
         user=cluster.operator_user, verb="create", resource="pods", namespace=cluster.namespace, code="201"))
     for run, (_, round_number) in expected.items():
         status = runs[run]["status"]
-        assert created[run] == 1 and heads[head_name(run)] == 1, (run, created[run], heads[head_name(run)])
-        assert status["phase"] == "Succeeded" and status["attempt"] == 1, (run, status)
+        assert created[run] == 1, (run, created[run])
+        assert status["phase"] == "Succeeded", (run, status)
+        # Neither fault stops a trainer: no head of any run is made again (a crashed one would be, on attempt 2).
+        assert heads[head_name(run)] == 1 and status["attempt"] == 1, (run, heads[head_name(run)], status)
         assert status["timesteps"] >= (round_number + 1) * INTERVAL, (run, status)
         assert RunFiles(cluster, run).results()[-1]["timesteps"] == status["timesteps"], run
     for record in final["trials"]:
