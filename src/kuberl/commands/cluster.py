@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kuberl.api.contract import EXIT_FAILED
+from kuberl.api.sweep_types import RLSweep
 from kuberl.api.types import Phase
 from kuberl.client.kinds import EXPERIMENT, KINDS, SWEEP, Kind, kind_named, kind_words
 
@@ -128,7 +129,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"{resource.kind.lower()}.kuberl.io/{meta['name']} created in namespace {meta['namespace']}")
     if not args.wait:
         return 0
-    if resource.kind == SWEEP.kind:
+    if isinstance(resource, RLSweep):
         return _wait_for_sweep(client, meta["name"], meta["namespace"], resource.spec.objective.metric, args.timeout)
     return _wait_and_report(client, meta["name"], meta["namespace"], args.timeout)
 
@@ -151,8 +152,8 @@ def _listed(client: Any, kinds: list[Kind], all_namespaces: bool) -> dict[Kind, 
                 refused.append(exc)
     if len(refused) == len(kinds):
         raise refused[0]
-    for exc in refused:
-        print(f"warning: {exc}", file=sys.stderr)
+    for refusal in refused:
+        print(f"warning: {refusal}", file=sys.stderr)
     return found
 
 

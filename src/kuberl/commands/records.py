@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -35,6 +36,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if not records:
         raise StorageError(f"{store.uri}: no run record (run-record/); is this a run directory written by "
                            "kuberl 0.1 or later?")
+    record: dict[str, Any] | None
     if args.attempt is None:
         record = records[-1]
     else:

@@ -23,7 +23,7 @@ class EvaluationWorker:
         finally:
             env.close()
         self.policy = policy_factory(observation_space, action_space, seed)
-        self.filter = make_filter(observation_filter, tuple(observation_space.shape))
+        self.filter = make_filter(observation_filter, tuple(observation_space.shape or ()))
 
     def evaluate(self, weights: Any, filter_state: RunningStats | None, seeds: list[int], *, explore: bool,
                  record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -26,6 +26,9 @@ STD_EPSILON = 1e-8  # MeanStdFilter's
 class ExportedPolicy(nn.Module):
     """obs [batch, *observation shape] in the env's dtype -> actions [batch] (Discrete) or [batch, n] (Box)."""
 
+    mean: torch.Tensor  # buffers, with a filter
+    scale: torch.Tensor
+
     def __init__(self, policy: nn.Module, mean: np.ndarray | None = None, std: np.ndarray | None = None,
                  clip: float = CLIP) -> None:
         super().__init__()

@@ -8,6 +8,7 @@ iterations are kept, as checkpoints are.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import tempfile
@@ -53,8 +54,7 @@ class RunExports:
                                    **({"policy": name} if name else {}))
             for fmt in self.formats:
                 key = export_key(iteration, fmt, name)
-                self.background.submit(key, lambda fmt=fmt, key=key, policy=policy, example=example,
-                                       description=description: self._save(policy, example, fmt, key, description))
+                self.background.submit(key, functools.partial(self._save, policy, example, fmt, key, description))
         if names[0] is not None:
             algo.select_policy(names[0])  # what the rest of the run describes: the first policy, as before
         self.background.submit(f"{EXPORTS}/ retention", self._prune)

@@ -11,7 +11,7 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager as ContextManager
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -19,7 +19,13 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
-from kuberl.trainer.models.encoders import EncoderSpec, build_encoder, is_image_space, linear_head
+from kuberl.trainer.models.encoders import (
+    ConvEncoder,
+    EncoderSpec,
+    build_encoder,
+    is_image_space,
+    linear_head,
+)
 from kuberl.trainer.models.mlp import mlp, obs_size
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -62,7 +68,8 @@ class Actor(nn.Module):
                  encoder: EncoderSpec | None = None):
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        n_out = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
+            else int(np.prod(action_space.shape or ()))
         spec = encoder or EncoderSpec()
         spec = EncoderSpec(tuple(hidden), activation, spec.conv, spec.conv_hidden)
         self.net = _policy_net(observation_space, n_out, spec)
@@ -95,8 +102,9 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.actor = Actor(observation_space, action_space, hidden, activation, encoder)
         self.shared = is_image_space(observation_space)
-        if self.shared:
-            self.critic = linear_head(self.actor.net[0].out_features, 1, 1.0)
+        self.critic: nn.Module
+        if self.shared:  # the policy net is the conv encoder, then the head (_policy_net)
+            self.critic = linear_head(cast(ConvEncoder, self.actor.net[0]).out_features, 1, 1.0)
         else:
             self.critic = mlp(obs_size(observation_space), hidden, 1, activation, out_gain=1.0)
 

@@ -33,20 +33,22 @@ class ConvEncoder(nn.Module):
 
     def __init__(self, space: gym.Space, conv: Sequence[Sequence[int]], hidden: Sequence[int]):
         super().__init__()
-        self.shape = tuple(space.shape)
+        self.shape = tuple(space.shape or ())
         self.channels_last = channels_last(self.shape)
         in_channels = chw(self.shape)[0]
         layers: list[nn.Module] = []
         for out_channels, kernel, stride in conv:
             conv_layer = nn.Conv2d(in_channels, out_channels, kernel, stride)
             nn.init.orthogonal_(conv_layer.weight, np.sqrt(2))
-            nn.init.zeros_(conv_layer.bias)
+            if conv_layer.bias is not None:
+                nn.init.zeros_(conv_layer.bias)
             layers += [conv_layer, nn.ReLU()]
             in_channels = out_channels
         # Convolutions run in the channels-last memory layout (the same NCHW tensors, strided NHWC): oneDNN's
         # kernels for it train the Nature CNN about 2x faster on a CPU. Flatten still reads C, H, W in order,
         # so weights and checkpoints do not depend on the layout.
-        self.conv = nn.Sequential(*layers, nn.Flatten()).to(memory_format=torch.channels_last)
+        self.conv = nn.Sequential(*layers, nn.Flatten()).to(  # type: ignore[call-overload]  # torch's stub lacks it
+            memory_format=torch.channels_last)
         size = int(np.prod(conv_output_shape(space, conv)))
         dense, self.out_features = hidden_layers(size, hidden, "relu")
         self.dense = nn.Sequential(*dense)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import nn
+
+
+class Greedy(Protocol):
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor: ...
 
 
 class GreedyActor(nn.Module):
     """An actor's most likely action: argmax of the logits (Discrete) or the Gaussian's mean (Box)."""
 
-    def __init__(self, actor: nn.Module) -> None:
+    actor: Greedy  # an nn.Module (Actor, PolicyHead, SquashedGaussianActor): registered as a submodule
+
+    def __init__(self, actor: Greedy) -> None:
         super().__init__()
         self.actor = actor
 

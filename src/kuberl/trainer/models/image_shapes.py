@@ -33,10 +33,11 @@ def chw(shape: Sequence[int]) -> tuple[int, int, int]:
 
 def conv_output_shape(space: gym.Space, conv: Sequence[Sequence[int]]) -> tuple[int, int, int]:
     """[C, H, W] after the conv stack (no padding); raises ImageLayoutError when it does not fit."""
-    channels, height, width = chw(space.shape)
+    shape = space.shape or ()
+    channels, height, width = chw(shape)
     for index, (out_channels, kernel, stride) in enumerate(conv):
         if kernel > height or kernel > width:
             raise ImageLayoutError(f"layer {index} (kernel {kernel}) does not fit the {height}x{width} it gets "
-                                   f"from a {'x'.join(map(str, space.shape))} image; use smaller kernels or strides")
+                                   f"from a {'x'.join(map(str, shape))} image; use smaller kernels or strides")
         height, width, channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out_channels
     return channels, height, width

@@ -28,7 +28,8 @@ class PolicyHead(nn.Module):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
         super().__init__()
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        n_out = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        n_out = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) \
+            else int(np.prod(action_space.shape or ()))
         self.encoder = build_encoder(observation_space, encoder)
         self.out = layer(self.encoder.out_features, n_out, 0.01)
         if not self.discrete:
@@ -81,7 +82,7 @@ class PolicyValueNet(nn.Module):
         self.critic_out = layer(self.policy.encoder.out_features, 1, 1.0)
 
     def value(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext) -> torch.Tensor:
-        encoder = self.policy.encoder if self.shared else self.critic_encoder
+        encoder = self.policy.encoder if self.critic_encoder is None else self.critic_encoder  # None: shared
         return self.critic_out(encode(encoder, obs, autocast)).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, autocast: Autocast = contextlib.nullcontext
@@ -98,7 +99,7 @@ class PolicyValueNet(nn.Module):
     def clip_groups(self) -> list[list[nn.Parameter]]:
         """The parameter groups whose gradient norms are clipped one by one: actor and critic apart, or together
         where they share the encoder."""
-        if self.shared:
+        if self.critic_encoder is None:  # shared
             return [list(self.parameters())]
         critic = [*self.critic_encoder.parameters(), *self.critic_out.parameters()]
         return [list(self.policy.parameters()), critic]

@@ -55,10 +55,13 @@ def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
 class SquashedGaussianActor(nn.Module):
     """obs -> (mean, log_std) of u; actions are scale * tanh(u) + bias."""
 
+    scale: torch.Tensor  # buffers
+    bias: torch.Tensor
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
         super().__init__()
         scale, bias = box_scale_bias(action_space)
-        self.action_shape = tuple(action_space.shape)
+        self.action_shape = tuple(action_space.shape or ())
         self.body = build_encoder(observation_space, encoder)
         self.mean = linear_head(self.body.out_features, len(scale), 0.01)
         self.log_std = linear_head(self.body.out_features, len(scale), 0.01)
@@ -90,7 +93,7 @@ class QFunction(nn.Module):
     def __init__(self, observation_space: gym.Space, action_dim: int, encoder: EncoderSpec):
         super().__init__()
         self.encoder = build_encoder(observation_space, encoder) if is_image_space(observation_space) else None
-        features = self.encoder.out_features if self.encoder is not None else int(np.prod(observation_space.shape))
+        features = self.encoder.out_features if self.encoder is not None else int(np.prod(observation_space.shape or ()))
         self.head = mlp(features + action_dim, encoder.hidden, 1, encoder.activation, out_gain=1.0)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, autocast: Autocast = contextlib.nullcontext
@@ -104,7 +107,7 @@ class TwinQ(nn.Module):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, encoder: EncoderSpec):
         super().__init__()
-        action_dim = int(np.prod(action_space.shape))
+        action_dim = int(np.prod(action_space.shape or ()))
         self.q1 = QFunction(observation_space, action_dim, encoder)
         self.q2 = QFunction(observation_space, action_dim, encoder)
 

@@ -40,7 +40,8 @@ class FrameLayout:
     def of(cls, observation_space: gym.Space, frame_stack: int = 1, observation_filter: str = "none") -> FrameLayout:
         """The layout replay uses for an env; a mean/std filter makes every stack position differ (k = 1)."""
         shape = tuple(observation_space.shape or ())
-        dtype = stored_dtype(observation_space.dtype) if observation_filter == "none" else np.dtype(np.float32)
+        dtype = stored_dtype(np.dtype(observation_space.dtype)) if observation_filter == "none" \
+            else np.dtype(np.float32)
         if frame_stack > 1 and observation_filter == "none" and shape[:1] == (frame_stack,):
             return cls(frame_stack, shape[1:], dtype)
         return cls(1, shape, dtype)

@@ -7,6 +7,7 @@ is retried with the storage backoff.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Protocol
 
 from kuberl.trainer.run.observer import RunObserver
@@ -35,7 +36,7 @@ class ResultSinks:
     def write(self, result: ResultLine) -> None:
         for sink in self.sinks:
             self.background.submit(f"{type(sink).__name__} iteration {result.iteration}",
-                                   lambda sink=sink: sink.write(result))
+                                   functools.partial(sink.write, result))
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -22,8 +22,8 @@ class RunningStats:
 
     shape: tuple[int, ...]
     count: float = 0.0
-    mean: np.ndarray = field(default=None)  # type: ignore[assignment]
-    m2: np.ndarray = field(default=None)  # type: ignore[assignment]
+    mean: np.ndarray = field(default=None)  # type: ignore[assignment,arg-type]  # __post_init__ fills it
+    m2: np.ndarray = field(default=None)  # type: ignore[assignment,arg-type]
 
     def __post_init__(self) -> None:
         if self.mean is None:

@@ -148,7 +148,7 @@ class RolloutWorker:
         self.action_space = first.single_action_space
         env_seed, policy_seed = worker_seeds(config.seed, worker_index, config.num_envs)
         self.policy = policy_factory(obs_space, self.action_space, policy_seed)
-        self.filter = make_filter(config.observation_filter, tuple(obs_space.shape))
+        self.filter = make_filter(config.observation_filter, tuple(obs_space.shape or ()))
         self.policy_version = 0
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         # ALE's vector env and SyncVectorEnv seed env i with seed + i, so grouping keeps every env's seed (a

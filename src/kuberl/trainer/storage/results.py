@@ -184,7 +184,13 @@ class RewrittenResults:
             # The writer's thread is a daemon: make sure a process that exits without close() still
             # writes its last results (bounded, so a dead store cannot hang the exit).
             ref = weakref.ref(self)
-            atexit.register(lambda: (results := ref()) is not None and results.close(timeout=EXIT_FLUSH_SECONDS))
+
+            def flush_at_exit() -> None:
+                results = ref()
+                if results is not None:
+                    results.close(timeout=EXIT_FLUSH_SECONDS)
+
+            atexit.register(flush_at_exit)
         delay = 0.0 if self._waiters else max(0.0, self._last_rewrite + self._flush_seconds - time.monotonic())
         self._writer.submit(self.store.url(RESULTS), self._rewrite, key=RESULTS, delay=delay)
 

@@ -65,7 +65,7 @@ class S3Store:
         self.endpoint = endpoint
         # botocore reads AWS_DEFAULT_REGION; the operator (and AWS's own SDKs) set AWS_REGION.
         self.region = region or os.environ.get("AWS_DEFAULT_REGION") or os.environ.get(REGION_KEY) or None
-        self._options = {"max_attempts": max_attempts, "connect_timeout": connect_timeout,
+        self._options: dict[str, Any] = {"max_attempts": max_attempts, "connect_timeout": connect_timeout,
                          "read_timeout": read_timeout}
         self._client: Any = None
         self._transfer: Any = None

@@ -171,11 +171,14 @@ class TraceWriter:
                 self._lines.clear()
                 self._buffered_bytes = 0
             chunk = self._unsent
-        if chunk.seq is None:
-            chunk = _Chunk(gzip.compress(chunk.body, compresslevel=6), chunk.records, self._take_seq())
+        seq = chunk.seq
+        if seq is None:
+            packed = gzip.compress(chunk.body, compresslevel=6)
+            seq = self._take_seq()
+            chunk = _Chunk(packed, chunk.records, seq)
             with self._lock:
                 self._unsent = chunk
-        self.store.put_bytes(chunk_key(self.worker, chunk.seq), chunk.body)
+        self.store.put_bytes(chunk_key(self.worker, seq), chunk.body)
         with self._lock:
             self._unsent = None
             self.records_written += chunk.records

@@ -13,6 +13,7 @@ A resumed run continues the same MLflow run: its id is stored in the run's stora
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -123,8 +124,8 @@ class MLflowSink(TrackerSink):
                                  "install kuberl[mlflow]. Training goes on without MLflow") from None
         client = self._client = self._client or MlflowClient(tracking_uri=self.uri)
         run_id = self.stored_run_id()
-        if run_id is not None and self._call(lambda: _run_exists(client, run_id)):
-            self._call(lambda: client.update_run(run_id, status="RUNNING"))
+        if run_id is not None and self._call(functools.partial(_run_exists, client, run_id)):
+            self._call(functools.partial(client.update_run, run_id, status="RUNNING"))
             log.info("MLflow: continuing run %s", run_id)
         else:
             experiment = self._call(lambda: client.get_experiment_by_name(self.experiment_name))
@@ -136,7 +137,7 @@ class MLflowSink(TrackerSink):
                                                          "experiment": self.experiment_name}).encode())
             self._log_params(client, run_id)
         for key, value in self.tags.items():  # the attempt changes with every resume
-            self._call(lambda key=key, value=value: client.set_tag(run_id, key, value))
+            self._call(functools.partial(client.set_tag, run_id, key, value))
         self.run_id = run_id
 
     def _log_params(self, client: Any, run_id: str) -> None:
@@ -144,14 +145,14 @@ class MLflowSink(TrackerSink):
 
         items = [Param(key, value) for key, value in sorted(self.params.items())]
         for start in range(0, len(items), 100):  # the server's limit per batch
-            self._call(lambda start=start: client.log_batch(run_id, params=items[start:start + 100]))
+            self._call(functools.partial(client.log_batch, run_id, params=items[start:start + 100]))
 
     def _log_metrics(self, scalars: dict[str, float], step: int, stamp: int) -> None:
         from mlflow.entities import Metric
 
         metrics = [Metric(key, value, stamp, step) for key, value in scalars.items()]
         for start in range(0, len(metrics), 1000):
-            self._call(lambda start=start: self._client.log_batch(self.run_id, metrics=metrics[start:start + 1000]))
+            self._call(functools.partial(self._client.log_batch, self.run_id, metrics=metrics[start:start + 1000]))
 
 
 def _run_exists(client: Any, run_id: str) -> bool:

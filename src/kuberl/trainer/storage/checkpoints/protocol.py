@@ -167,9 +167,8 @@ def _complete(store: ObjectStore, key: str) -> CheckpointInfo | None:
     manifest = _read_manifest(store, key)
     if manifest is None:
         return None
-    listing = _sizes(store, f"{key}/")
-    if listing is None:
-        listing = set(store.list(f"{key}/"))
+    sizes = _sizes(store, f"{key}/")
+    listing = set(store.list(f"{key}/")) if sizes is None else sizes
     return _info(store, key, manifest) if _matches_listing(manifest, key, listing) else None
 
 
