@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test e2e e2e-control-plane control-plane lint crds bench-deps bench-deps-cleanrl clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint types crds bench-deps bench-deps-cleanrl clean tools images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -48,6 +48,10 @@ control-plane: ## build the real control plane's binaries into ~/.cache/kuberl/k
 # Every scenario of e2e/test_experiments.py on the real control plane, and e2e/control_plane/'s tests.
 e2e-control-plane: $(STAMP) tools $(if $(KUBERL_CONTROL_PLANE_BIN),,control-plane) ## the e2e scenarios and the real-server tests on a real control plane (KUBERL_CONTROL_PLANE_BIN: other binaries)
 	E2E_CLUSTER=control-plane $(BIN)/python -m pytest -q -rs --durations=10 e2e
+
+# mypy: strict on kuberl.api, .operator, .client and .sweep, its defaults on the rest (pyproject.toml [tool.mypy]).
+types: $(STAMP) ## type-check src/kuberl with mypy
+	$(BIN)/mypy
 
 lint: $(STAMP) ## ruff, and actionlint on the GitHub workflows
 	$(BIN)/ruff check src testing tests bench e2e
