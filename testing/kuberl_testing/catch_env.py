@@ -7,6 +7,10 @@ paddle is under it, -1 if not, and nothing before. So the reward comes 8 or more
 that decide it, and only a policy that reads the ball's column from the pixels and steers scores well: a
 random one scores about -0.6, a perfect one 1. Importing this module registers `PixelCatch-v0`
 (`kuberl_testing.catch_env:PixelCatch-v0` in a manifest).
+
+`MODEL` is a small conv encoder for it whose layers cover the whole screen: convolutions drop the rows and
+columns a stride does not reach, and a 3x3 stride-2 layer after a 3x3 stride-1 one never sees the bottom row
+(the paddle) or the last column, which leaves the game partly hidden.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 SIZE = 12
 PADDLE = 3  # pixels wide: its left edge is at `paddle`
 ENV_ID = "PixelCatch-v0"
+MODEL = {"conv": [[16, 3, 1], [32, 4, 2]], "hidden": [64]}  # 12 -> 10 -> 4: every pixel reaches the output
 
 
 class PixelCatch(gym.Env):
