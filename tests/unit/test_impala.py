@@ -107,11 +107,11 @@ def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, res
 
 
 def _train_batch(algo) -> dict:
-    fragments = []
-    while not fragments:
+    while not algo.loop.buffer:
         algo.sampler.poll(timeout=1.0)
-        fragments = algo.sampler.take(algo.fragments_per_batch)
-    return algo.train_batch(fragments).tensors
+        for fragment in algo.sampler.take(len(algo.sampler.queue)):
+            algo.loop.add(fragment)
+    return algo.loop.buffer[0].tensors
 
 
 def _loss_with(learner, d: dict, target_is_current: bool):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -76,3 +80,21 @@ def test_the_python_builder_configures_the_policies() -> None:
         assert algo.policy_map.names == ("runners", "late") and algo.trained == ["late"]
         assert algo.policy_spaces["runners"][0].shape == (3 + 2,)  # the one-hot of runner_0 and runner_1
         assert algo.train()["policies"]["late"]["learner"]["updates"] > 0
+
+
+def test_a_multi_agent_appo_checkpoint_of_an_earlier_kuberl_restores_and_acts_as_it_did() -> None:
+    """tests/fixtures/checkpoints/multiagent-appo: 3 iterations of two APPO policies on RelayEnv, written by the
+    trainer before the policies' learner loops were the single-agent ones; expected.json holds its spec, counters
+    and each policy's greedy actions on fixed observations."""
+    root = Path(__file__).parents[1] / "fixtures" / "checkpoints" / "multiagent-appo"
+    expected = json.loads((root / "expected.json").read_text())
+    experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+                                    "metadata": {"name": "relay"}, "spec": expected["spec"]})
+    with AlgorithmConfig.from_experiment(experiment).build() as algo:
+        algo.restore(str(root))
+        assert (algo.iteration, algo.timesteps) == (expected["iteration"], expected["timesteps"])
+        assert {name: learner.updates for name, learner in algo.learners.items()} == expected["updates"]
+        for name, played in expected["actions"].items():
+            obs = np.asarray(played["obs"], dtype=np.float32)
+            assert algo.compute_policy_actions(name, obs).tolist() == played["actions"]
+        assert algo.train()["policies"]["runners"]["learner"]["updatesTotal"] > expected["updates"]["runners"]

@@ -8,7 +8,9 @@ min(mu / pi_target, target_worker_clipping) * pi / mu (pi / pi_target unless mu 
 `buffer_batches` of them wait in the learner (RLlib's circular buffer, N=4 and K=2).
 
 The update reads top to bottom in `kuberl.trainer.learners.vtrace` (`VTraceLearner.update` with `appo_loss`);
-the sampling, the buffer and the policy-lag accounting are IMPALA's (`kuberl.trainer.algorithms.impala`).
+the sampling is IMPALA's (`kuberl.trainer.algorithms.impala`), the buffer, the reuse and the policy-lag accounting
+are the V-trace learner loop's (`kuberl.trainer.algorithms.vtrace_loop`), the same for one agent and for each
+policy of a multi-agent run.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from __future__ import annotations
 from kuberl.api.hyperparams import APPOParams
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.algorithms.impala import IMPALA
-from kuberl.trainer.learners.vtrace import VTraceLearner, appo_loss
-from kuberl.trainer.models.policy_value import PolicyValueNet
 
 
 class APPOConfig(AlgorithmConfig):
@@ -28,11 +28,9 @@ class APPOConfig(AlgorithmConfig):
 
 
 class APPO(IMPALA):
-    params: APPOParams
+    """IMPALA with APPO's hyperparameters, from which `vtrace_learner` builds `appo_loss` and the target policy."""
 
-    def make_learner(self, model: PolicyValueNet) -> VTraceLearner:
-        return VTraceLearner(model, self.params, self.device, loss=appo_loss,
-                             target_update_interval=self.params.target_update_interval, bf16=self.spec.learner.bf16)
+    params: APPOParams
 
 
 __all__ = ["APPO", "APPOConfig"]

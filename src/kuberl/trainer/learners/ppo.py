@@ -33,7 +33,7 @@ from kuberl.trainer.learning.reward_scale import RewardScale
 from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.filters import RunningStats, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.sampling.rollout_worker import SampleBatch
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, trace_ends
 
 VALUE_SCALE_FILE = "value_scale.npz"
 REWARD_SCALE_FILE = "reward_scale.npz"
@@ -148,7 +148,7 @@ class PPOLearner:
                 outputs, _ = self._critic_pass(obs.flatten(0, 1))
             outputs = outputs.reshape(d["rewards"].shape)
             values = self.value_scale.denormalize(outputs)
-            dones = d["terminateds"] | d["truncateds"] | ~d["valid"]
+            dones = trace_ends(d)
             next_values = self._next_values(values, dones, d)
             rewards = d["rewards"] if self.reward_scale is None else self.reward_scale.scale(batch)
             advantages, fragment_returns = compute_gae(

@@ -2,40 +2,35 @@
 
 `MultiAgentAlgorithm` is the `Algorithm` of a PettingZoo env: its rollout workers (`MultiAgentWorkerSet`) step
 every agent of every env and hand back one batch per policy; each policy in `policiesToTrain` learns from its
-batch with the single-agent learner of the algorithm (`MultiAgentPPO`: `PPOLearner`; `MultiAgentVTrace`:
-`VTraceLearner` with IMPALA's or APPO's loss); a shared policy learns from all of its agents at once. The team
+batch with the single-agent algorithm's own learner loop, one per policy (`MultiAgentPPO`: `PPOLoop`;
+`MultiAgentVTrace`: `VTraceLoop`, IMPALA's or APPO's, buffer and batch reuse included); a shared policy learns
+from all of its agents at once. The team
 return (the sum over agents of an episode) is `episodeReturnMean`; results also carry each policy's and each
 agent's return mean. Checkpoints hold every policy's learner under `policies/NAME/`.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
-import torch
 from torch import nn
 
 from kuberl.api.hyperparams import CommonParams, IMPALAParams, PPOParams
 from kuberl.api.multiagent import policies_to_train, policy_params
 from kuberl.trainer.algorithms.base import RETURN_WINDOW, Algorithm, evaluation_statistics
+from kuberl.trainer.algorithms.policy_loop import PolicyLearner, PolicyLoop
+from kuberl.trainer.algorithms.ppo_loop import PPOLoop
+from kuberl.trainer.algorithms.vtrace_loop import VTraceLoop, learn_for, vtrace_learner
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
 from kuberl.trainer.iteration_result import LearnerStats, PolicyResult, StepResult
-from kuberl.trainer.learners.ppo import PPOLearner
-from kuberl.trainer.learners.vtrace import VTraceLearner, appo_loss, impala_loss
-from kuberl.trainer.learning.device import obs_tensor, to_device
-from kuberl.trainer.models.actor_critic import ActorCritic
 from kuberl.trainer.models.encoders import EncoderSpec
-from kuberl.trainer.models.greedy import GreedyActor
-from kuberl.trainer.models.policy_value import PolicyValueNet
-from kuberl.trainer.models.weights import state_dict_to_numpy
 from kuberl.trainer.multiagent.envs import AgentSpaces, agent_spaces
 from kuberl.trainer.multiagent.episodes import (
     MultiAgentEvaluationWorker,
@@ -56,7 +51,6 @@ from kuberl.trainer.sampling.rollout_worker import SampleBatch
 POLICIES_FOLDER = "policies"
 MULTI_AGENT_FILE = "multiagent.json"
 P = TypeVar("P", bound=CommonParams)
-VTRACE_KEYS = ("obs", "next_obs", "actions", "rewards", "terminateds", "truncateds", "valid", "logp")
 
 
 def _mean(values: deque[float]) -> float | None:
@@ -64,9 +58,9 @@ def _mean(values: deque[float]) -> float | None:
 
 
 class MultiAgentAlgorithm(Algorithm):
-    """What every multi-agent algorithm shares: the policy map, the per-policy learners, windows and state."""
+    """What every multi-agent algorithm shares: the policy map, the per-policy learner loops, windows and state."""
 
-    learners: dict[str, Any]
+    loops: Mapping[str, PolicyLoop]  # every policy's, trained or not
 
     def spaces(self) -> EnvSpaces:
         env = self.env_settings
@@ -132,23 +126,27 @@ class MultiAgentAlgorithm(Algorithm):
     def policy_batches(batches: list[MultiAgentSampleBatch], name: str) -> list[SampleBatch]:
         return [b.policy_batches[name] for b in batches if name in b.policy_batches]
 
-    def policy_setups(self, params_type: type[P]) -> Iterator[tuple[str, P, gym.Space, gym.Space]]:
-        """Each policy's name, hyperparameters and (observation, action) spaces, for `setup` to build its learner."""
+    def policy_setups(self, params_type: type[P]) -> Iterator[tuple[str, P, tuple[gym.Space, gym.Space]]]:
+        """Each policy's name, hyperparameters and (observation, action) spaces, for `setup` to build its loop."""
         for name in self.policy_map.names:
             p = self.policy_hyperparams[name]
             assert isinstance(p, params_type)
-            yield name, p, *self.policy_spaces[name]
+            yield name, p, self.policy_spaces[name]
+
+    @property
+    def learners(self) -> dict[str, PolicyLearner]:
+        return {name: loop.learner for name, loop in self.loops.items()}
 
     def worker_weights(self) -> dict[str, dict[str, np.ndarray]]:
-        return {name: state_dict_to_numpy(self.actor(name)) for name in self.learners}
+        return {name: loop.worker_weights() for name, loop in self.loops.items()}
 
     # -- acting ------------------------------------------------------------------------------------
     def actor(self, policy: str) -> nn.Module:
         """The policy's actor network (a module with `greedy` and `distribution`/`sample`)."""
-        raise NotImplementedError
+        return self.loops[policy].actor
 
     def compute_policy_actions(self, policy: str, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        raise NotImplementedError
+        return self.loops[policy].compute_actions(obs, explore)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:
         """The first policy's actions (a single-agent caller's view); see `compute_policy_actions`."""
@@ -188,13 +186,12 @@ class MultiAgentAlgorithm(Algorithm):
 
     def policy_module(self) -> nn.Module:
         """The greedy policy of the selected policy (`select_policy`; the first by default), on the CPU."""
-        name = getattr(self, "selected_policy", self.policy_map.names[0])
-        return GreedyActor(copy.deepcopy(self.actor(name)).cpu().eval())
+        return self.loops[getattr(self, "selected_policy", self.policy_map.names[0])].policy_module()
 
     # -- state ---------------------------------------------------------------------------------------
     def learner_state(self) -> dict[str, bytes]:
         files = {f"{POLICIES_FOLDER}/{name}/{file}": data
-                 for name, learner in self.learners.items() for file, data in learner.state_files().items()}
+                 for name, loop in self.loops.items() for file, data in loop.state_files().items()}
         files[MULTI_AGENT_FILE] = json.dumps({
             "policies": list(self.policy_map.names),
             "agents": {name: list(agents) for name, agents in self.policy_map.agents_of.items()},
@@ -211,9 +208,9 @@ class MultiAgentAlgorithm(Algorithm):
         if missing:
             raise ValueError(f"the checkpoint has no policy {', '.join(map(repr, missing))} "
                              f"(it holds {', '.join(saved['policies'])})")
-        for name, learner in self.learners.items():
+        for name, loop in self.loops.items():
             prefix = f"{POLICIES_FOLDER}/{name}/"
-            learner.load_state_files({key[len(prefix):]: data for key, data in files.items() if key.startswith(prefix)})
+            loop.load_state_files({key[len(prefix):]: data for key, data in files.items() if key.startswith(prefix)})
         self.agent_windows = {agent: deque(values, maxlen=RETURN_WINDOW)
                               for agent, values in saved.get("agentWindows", {}).items()}
         for name, values in saved.get("policyWindows", {}).items():
@@ -222,64 +219,45 @@ class MultiAgentAlgorithm(Algorithm):
 
 
 class MultiAgentPPO(MultiAgentAlgorithm):
-    """PPO per policy (`PPOLearner`), on synchronous multi-agent sampling."""
+    """PPO per policy (`PPOLoop`, as single-agent PPO's), on synchronous multi-agent sampling."""
 
-    learners: dict[str, PPOLearner]
+    loops: dict[str, PPOLoop]
 
     def setup(self) -> None:
-        self.learners = {}
-        factories = {}
-        for name, p, observation_space, action_space in self.policy_setups(PPOParams):
-            model = ActorCritic(observation_space, action_space, p.hidden, p.activation, EncoderSpec.from_params(p))
-            self.learners[name] = PPOLearner(model, p, self.device, self.np_random, bf16=self.spec.learner.bf16)
+        self.loops, factories = {}, {}
+        for name, p, spaces in self.policy_setups(PPOParams):
+            self.loops[name] = PPOLoop.build(spaces, p, self.device, self.np_random, self.spec.learner.bf16)
             factories[name] = PPOPolicyFactory.from_params(p, self.sampling_device())
         self.sampler = self.multi_agent_sampler(factories)
         self.sync_weights()
-
-    def actor(self, policy: str) -> nn.Module:
-        return self.learners[policy].model.actor
 
     def training_step(self) -> StepResult:
         batches, sample_seconds = self.collect_multi_agent()
         env_steps = sum(b.env_steps for b in batches)
         stats: dict[str, dict[str, float]] = {}
         for name in self.trained:
-            learner, policy_batches = self.learners[name], self.policy_batches(batches, name)
-            if not policy_batches:
-                continue
-            self.anneal(learner, env_steps)
-            learning = time.perf_counter()
-            stats[name] = learner.update(learner.learner_batch(policy_batches))
-            stats[name]["updateSeconds"] = time.perf_counter() - learning
+            loop, policy_batches = self.loops[name], self.policy_batches(batches, name)
+            if policy_batches:
+                self.anneal(loop.learner, env_steps)
+                stats[name] = loop.learn(policy_batches)
         self.sync_weights()
         return self.multi_agent_result(batches, stats, sample_seconds)
 
-    def compute_policy_actions(self, policy: str, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        with torch.no_grad():
-            obs_t = obs_tensor(obs, self.device)
-            actor = self.actor(policy)
-            actions = actor.distribution(obs_t).sample() if explore else actor.greedy(obs_t)
-        return actions.cpu().numpy()
-
 
 class MultiAgentVTrace(MultiAgentAlgorithm):
-    """IMPALA or APPO per policy (`VTraceLearner`): rollout workers sample without waiting into IMPALA's bounded
-    `FragmentQueue` (in-process with `rollouts.workers: 0`); every fragment that arrives is split by policy, and
-    each trained policy learns from its columns in train batches of about `trainBatchSize` rows, each used
-    `batchReuse` times. Weights go out after each fragment learned from; V-trace corrects for the workers' lag,
-    reported per iteration in policy versions (`learner.policyLagMean`, `policyLagMax`)."""
+    """IMPALA or APPO per policy: rollout workers sample without waiting into IMPALA's bounded `FragmentQueue`
+    (in-process with `rollouts.workers: 0`), and each trained policy learns from its columns of the fragments with
+    single-agent IMPALA's learner loop (`VTraceLoop`: train batches of `trainBatchSize` steps, `bufferBatches` of
+    them kept, each used `batchReuse` times, weights out every `broadcastInterval` updates). V-trace corrects for
+    the workers' lag, reported per iteration in policy versions (`learner.policyLagMean`, `policyLagMax`)."""
 
-    learners: dict[str, VTraceLearner]
-    appo = False
+    loops: dict[str, VTraceLoop]
 
     def setup(self) -> None:
-        self.learners = {}
-        factories = {}
-        for name, p, observation_space, action_space in self.policy_setups(IMPALAParams):
-            model = PolicyValueNet(observation_space, action_space, EncoderSpec.from_params(p))
-            target_interval = getattr(p, "target_update_interval", None) if self.appo else None
-            self.learners[name] = VTraceLearner(model, p, self.device, loss=appo_loss if self.appo else impala_loss,
-                                                target_update_interval=target_interval, bf16=self.spec.learner.bf16)
+        self.loops, factories = {}, {}
+        for name, p, spaces in self.policy_setups(IMPALAParams):
+            self.loops[name] = VTraceLoop(vtrace_learner(spaces, p, self.device, self.spec.learner.bf16),
+                                          self.np_random)
             factories[name] = PolicyHeadFactory(EncoderSpec.from_params(p))
         p = self.params
         assert isinstance(p, IMPALAParams)
@@ -289,70 +267,31 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
                                      worker_set=MultiAgentWorkerSet)
         self.sync_weights()
 
-    def actor(self, policy: str) -> nn.Module:
-        return self.learners[policy].model.policy
+    def sync_weights(self) -> None:
+        super().sync_weights()
+        for loop in self.loops.values():
+            loop.published(self.policy_version)
 
     def training_step(self) -> StepResult:
         p = self.params
-        assert isinstance(p, IMPALAParams)
-        for name in self.trained:
-            self.anneal(self.learners[name])
-        started = time.perf_counter()
-        deadline = started + p.min_iteration_seconds
-        learned = False
-        batches: list[MultiAgentSampleBatch] = []
-        sums: dict[str, dict[str, float]] = {}
-        lags: list[int] = []
-        while True:
-            arrived: list[MultiAgentSampleBatch] = self.sampler.poll(timeout=0.05)  # type: ignore[assignment]
-            for batch in arrived:
-                self.record_episodes(batch.episodes)
-            batches.extend(arrived)
-            for fragment in self.sampler.take(len(self.sampler.queue)):  # type: ignore[attr-defined]
-                lags.append(self.policy_version - fragment.policy_version)
-                for name in self.trained:
-                    if name in fragment.policy_batches:
-                        for key, value in self._learn(self.learners[name], fragment.policy_batches[name]).items():
-                            sums.setdefault(name, {})[key] = sums.get(name, {}).get(key, 0.0) + value
-                        learned = True
-                self.sync_weights()
-            if learned and time.perf_counter() >= deadline:
-                break
-        stats: dict[str, dict[str, float]] = {}
-        for name, totals in sums.items():
-            learner, updates = self.learners[name], int(totals.pop("updates"))
-            stats[name] = {key: value / updates for key, value in totals.items()}
-            stats[name].update(updates=updates, updatesTotal=learner.updates,
-                               lr=learner.optimizer.param_groups[0]["lr"])
-        result = self.multi_agent_result(batches, stats, time.perf_counter() - started)
+        assert isinstance(p, IMPALAParams) and isinstance(self.sampler, FragmentQueue)
+        trained = [self.loops[name] for name in self.trained]
+        for loop in trained:
+            self.anneal(loop.learner)
+        iteration = learn_for(self, trained, self._route, p.min_iteration_seconds)
+        stats = {name: figures for name in self.trained
+                 if (figures := self.loops[name].statistics(iteration)) is not None}
+        result = self.multi_agent_result(iteration.fragments, stats, iteration.seconds)
+        lags = [lag for loop in trained for lag in loop.tally.lags]
+        lag = {"policyLagMean": float(np.mean(lags)), "policyLagMax": int(np.max(lags))} if lags else {}
         assert result.learner is not None
-        return replace(
-            result, learner=LearnerStats({**result.learner.figures, "policyLagMean": float(np.mean(lags)),
-                                          "policyLagMax": int(np.max(lags))}),
-            sampler={**result.sampler, "queueSize": self.sampler.queue_size})  # type: ignore[attr-defined]
+        return replace(result, learner=LearnerStats({**result.learner.figures, **lag}),
+                       sampler={**result.sampler, "queueSize": self.sampler.queue_size})
 
-    def _learn(self, learner: VTraceLearner, batch: SampleBatch) -> dict[str, float]:
-        """One fragment of the policy's columns, in train batches of about `trainBatchSize` rows (whole columns:
-        a trace never crosses a cut), each learned from `batchReuse` times; the sums of its statistics."""
-        p = learner.params
-        assert isinstance(p, IMPALAParams)
-        arrays = {key: batch.data[key] for key in VTRACE_KEYS}
-        arrays["dones"] = arrays["terminateds"] | arrays["truncateds"] | ~arrays["valid"]
-        length, width = arrays["rewards"].shape
-        columns = max(1, p.train_batch_size // length)
-        sums: dict[str, float] = {"updates": 0.0}
-        for first in range(0, width, columns):
-            tensors = to_device({key: value[:, first:first + columns] for key, value in arrays.items()}, self.device)
-            for _ in range(p.batch_reuse):
-                for key, value in learner.update(tensors).items():
-                    sums[key] = sums.get(key, 0.0) + value
-                sums["updates"] += 1
-        return sums
-
-    def compute_policy_actions(self, policy: str, obs: np.ndarray, explore: bool = False) -> np.ndarray:
-        with torch.no_grad():
-            actions, _ = self.actor(policy).sample(torch.as_tensor(obs, device=self.device), explore)
-        return actions.cpu().numpy()
+    def _route(self, fragment: MultiAgentSampleBatch) -> list[tuple[VTraceLoop, SampleBatch]]:
+        """Each trained policy's columns of a fragment, to its loop."""
+        return [(self.loops[name], fragment.policy_batches[name]) for name in self.trained
+                if name in fragment.policy_batches]
 
 
 class MultiAgentAPPO(MultiAgentVTrace):

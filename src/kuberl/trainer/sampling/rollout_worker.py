@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,6 +90,12 @@ class SampleBatch:
     # fragment to the next (reward normalization's running returns) is kept under these keys. Empty: (worker,
     # column) for both.
     column_keys: tuple[tuple[Hashable | None, Hashable | None], ...] = ()
+
+
+def trace_ends(data: Mapping[str, Any]) -> Any:
+    """Where a trajectory stops in a batch's [T, N] columns: a terminated or truncated step, or a row that is no
+    transition (`valid` false); GAE and V-trace carry nothing across it. numpy arrays or torch tensors alike."""
+    return data["terminateds"] | data["truncateds"] | ~data["valid"]
 
 
 def stored_dtype(dtype: np.dtype) -> np.dtype:

@@ -1,0 +1,74 @@
+"""IMPALA's and APPO's learner loop is one loop, for one agent and for each policy of many: train batches of
+trainBatchSize env steps, bufferBatches of them kept while the rest wait in the queue, each learnt from
+batchReuse times and then dropped."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kuberl.api.validation import validate_document
+from kuberl.trainer.algorithms import vtrace_loop
+from kuberl.trainer.algorithms.config import AlgorithmConfig
+from kuberl.trainer.algorithms.vtrace_loop import VTraceLoop
+
+BUFFER, REUSE, QUEUED = 2, 3, 3
+POLICIES = [{"name": "runners", "agents": ["runner_*"]}, {"name": "late", "agents": ["late_0"]}]
+
+
+def build(multi_agent: bool):
+    spec = {"algorithm": "appo",
+            "env": {"id": "kuberl_testing.multi_agent_envs:relay_env" if multi_agent else "CartPole-v1"},
+            # A train batch per fragment (for each policy), so the buffer's count is the fragments' count.
+            "config": {"seed": 1, "bufferBatches": BUFFER, "batchReuse": REUSE, "trainBatchSize": 1,
+                       "minIterationSeconds": 0.5},
+            "rollouts": {"workers": 0, "envsPerWorker": 2, "fragmentLength": 8}, "stop": {"iterations": 10}}
+    if multi_agent:
+        spec["multiAgent"] = {"policies": POLICIES}
+    experiment = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+                                    "metadata": {"name": "loop"}, "spec": spec})
+    return AlgorithmConfig.from_experiment(experiment).build()
+
+
+def learner_figures(algo, result: dict) -> dict[str, dict]:
+    """Each trained policy's learner figures: the run's own for one agent."""
+    if hasattr(algo, "policy_map"):
+        return {name: result["policies"][name]["learner"] for name in algo.trained}
+    return {"": result["learner"]}
+
+
+def loops(algo) -> dict[str, VTraceLoop]:
+    return {name: algo.loops[name] for name in algo.trained} if hasattr(algo, "policy_map") else {"": algo.loop}
+
+
+@pytest.mark.parametrize("multi_agent", [False, True], ids=["one-agent", "per-policy"])
+def test_appo_keeps_buffer_batches_and_learns_from_each_batch_reuse_times(multi_agent: bool, monkeypatch) -> None:
+    # Each reading of the loop's clock is a second on: every iteration is one pass of the loop, one update.
+    monkeypatch.setattr(vtrace_loop, "perf_counter", itertools.count().__next__)
+    with build(multi_agent) as algo:
+        for _ in range(QUEUED):
+            algo.sampler.poll(timeout=1.0)  # in-process: a fragment each
+        assert len(algo.sampler.queue) == QUEUED
+        # QUEUED fragments hold QUEUED x REUSE updates: the buffer never runs dry, so nothing more is sampled.
+        for iteration in range(1, 2 * REUSE + 1):
+            figures = learner_figures(algo, algo.train())
+            taken = QUEUED - len(algo.sampler.queue)
+            if iteration == 1:  # the buffer holds BUFFER batches; the rest wait in the queue
+                assert taken == BUFFER
+            for name, loop in loops(algo).items():
+                assert figures[name]["updates"] == 1 and figures[name]["updatesTotal"] == iteration
+                assert figures[name]["bufferBatches"] == len(loop.buffer) <= BUFFER
+                # A batch leaves after REUSE updates, and every update used a batch taken from the queue.
+                assert all(batch.uses < REUSE for batch in loop.buffer)
+                assert iteration == REUSE * (taken - len(loop.buffer)) + sum(batch.uses for batch in loop.buffer)
+        assert taken == QUEUED  # batches left after REUSE updates, and the third fragment took a place
+
+
+def test_multi_agent_impala_and_appo_run_the_single_agent_loop_with_each_policys_settings() -> None:
+    with build(multi_agent=True) as algo:
+        assert set(algo.loops) == {"runners", "late"}
+        for name, loop in algo.loops.items():
+            assert isinstance(loop, VTraceLoop) and loop.learner is algo.learners[name]
+            assert (loop.params.buffer_batches, loop.params.batch_reuse) == (BUFFER, REUSE)
+            assert loop.learner.target_policy is not None  # APPO's learner: its loss and target policy
