@@ -7,7 +7,9 @@ from __future__ import annotations
 import socket
 
 from kuberl.trainer.distributed.placement import (
+    PLACEMENT_KEYS,
     placement_by_node,
+    placement_fields,
     placement_of,
     rollout_slots,
     rollout_strategy,
@@ -91,3 +93,11 @@ def test_the_first_shard_workers_share_one_look_at_the_cluster() -> None:
     pool = ShardWorkerPool(start, 3, policy_factory=None, slots=slots)
     assert calls == [(0, slots), (1, slots), (2, slots)]
     assert pool.actors == ["actor-0-1", "actor-1-2", "actor-2-3"]
+
+
+def test_a_placement_becomes_an_actors_statistics_fields_and_none_adds_none() -> None:
+    placement = placement_of("n1", "10.0.1.7", {"HOSTNAME": "exp-worker-0"})
+    fields = placement_fields(placement)
+    assert fields == {"node": "n1", "nodeIp": "10.0.1.7", "host": "exp-worker-0"}
+    assert set(fields) == PLACEMENT_KEYS
+    assert placement_fields(None) == {}

@@ -42,6 +42,14 @@ def current_placement() -> Placement | None:
     return placement_of(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), os.environ)
 
 
+def placement_fields(placement: Placement | None) -> dict[str, str]:
+    """A placement as fields of an actor's statistics (none for None). Spelt out: to a type checker a TypedDict
+    is a Mapping[str, object], whatever its values."""
+    if placement is None:
+        return {}
+    return {"node": placement["node"], "nodeIp": placement["nodeIp"], "host": placement["host"]}
+
+
 def placement_by_node(actors: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Actors (name -> its results entry: "worker_1", "shard_0", ...) grouped by the Ray node they reported:
     node id -> {"host", "nodeIp", "actors": their names, in order}. An entry without a placement (a shard

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kuberl.trainer.distributed.errors import actor_died_errors
-from kuberl.trainer.distributed.placement import current_placement
+from kuberl.trainer.distributed.placement import current_placement, placement_fields
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.replay.frames import NStepRows
 from kuberl.trainer.replay.nstep import compact_transitions
@@ -64,7 +64,7 @@ class ShardRolloutWorker:
         self.next_shard = worker_index
         self.adds_in_flight: deque[Any] = deque()
         self.shard_errors = 0
-        self.placement: dict[str, str] = dict(current_placement() or {})  # its Ray node, for its whole life
+        self.placement = placement_fields(current_placement())  # its Ray node, for its whole life
 
     def ready(self) -> bool:
         """Answered once the actor is built: what `ShardWorkerPool.wait_until_up` waits for."""

@@ -52,8 +52,14 @@ class ArrayStorage:
     def nbytes(self) -> int:
         return self.ids.nbytes + sum(v.nbytes for v in self.fields.values())
 
-    def write(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    def write(self, batch: Batch | FrameTransitions) -> tuple[np.ndarray, np.ndarray]:
         """Store a batch: (the slots it went to, slots gone stale: none here). Only the newest `capacity` rows are kept."""
+        if isinstance(batch, FrameTransitions):
+            raise ValueError("an array storage stores dicts of arrays, not FrameTransitions")
+        return self._write_rows(batch), NO_SLOTS
+
+    def _write_rows(self, batch: Batch) -> np.ndarray:
+        """The slots the batch's rows went to."""
         n = batch_length(batch)
         if not self.fields:
             self.fields = {
@@ -68,7 +74,7 @@ class ArrayStorage:
             self.fields[key][slots] = np.asarray(value)[keep]
         self.ids[slots] = ids[keep]
         self.adds += n
-        return slots, NO_SLOTS
+        return slots
 
     def read(self, slots: np.ndarray) -> Batch:
         out = {k: v[slots] for k, v in self.fields.items()}
@@ -125,7 +131,7 @@ class FrameStorage(ArrayStorage):
         if theirs != ours:
             raise ValueError(f"frames (shape, dtype, obs shape, stack) {theirs} differ from the buffer's {ours}")
 
-    def write(self, batch: FrameTransitions) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
+    def write(self, batch: Batch | FrameTransitions) -> tuple[np.ndarray, np.ndarray]:
         if not isinstance(batch, FrameTransitions):
             raise ValueError(f"a frame storage stores FrameTransitions, not {type(batch).__name__}")
         if self.frames is None:
@@ -141,7 +147,7 @@ class FrameStorage(ArrayStorage):
             "next_frames": batch.next_frames.astype(np.int64) + first_frame,
             "action": batch.action, "reward": batch.reward, "discount": batch.discount,
         }
-        slots, _ = super().write(rows)
+        slots = self._write_rows(rows)
         return slots, self._retire_stale()
 
     def _retire_stale(self) -> np.ndarray:

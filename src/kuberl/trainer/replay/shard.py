@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.distributed.placement import current_placement
+from kuberl.trainer.distributed.placement import current_placement, placement_fields
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.iteration_result import Scalar
 from kuberl.trainer.replay.buffers import Batch, make_replay_buffer
@@ -27,7 +27,7 @@ class ReplayShard:
         self.index = index
         shard_seed = None if seed is None else seed + 7919 * (index + 1)
         self.buffer = make_replay_buffer(capacity, prioritized=prioritized, seed=shard_seed, **buffer_options)
-        self.placement: dict[str, str] = dict(current_placement() or {})  # its Ray node (none without Ray)
+        self.placement = placement_fields(current_placement())  # its Ray node (none without Ray)
 
     def add(self, batch: Batch | FrameTransitions, priorities: np.ndarray | None = None) -> int:
         """Store transitions; returns the transitions ever added to this shard."""

@@ -12,7 +12,7 @@ worker records as the episode's return.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,28 @@ GAME_RETURN = "game_return"
 GAME_LENGTH = "game_length"
 
 
+class Lives(Protocol):
+    def lives(self) -> int: ...
+
+
+@runtime_checkable
+class ALEGame(Protocol):
+    """What these wrappers read of ale_py's AtariEnv (ale-py is an optional extra, so not imported here)."""
+
+    @property
+    def ale(self) -> Lives: ...
+
+    def get_action_meanings(self) -> list[str]: ...
+
+
+def ale_game(env: gym.Env) -> ALEGame:
+    """The ALE game under `env`'s wrappers."""
+    game = env.unwrapped
+    if not isinstance(game, ALEGame):
+        raise TypeError(f"{game!r} is not an ALE game (ale_py's AtariEnv)")
+    return game
+
+
 class GameScore(gym.Wrapper):
     """Adds the game's unclipped return and length (agent steps) to `info` on the step that ends it."""
 
@@ -39,7 +61,7 @@ class GameScore(gym.Wrapper):
         self.game_return, self.game_length = 0.0, 0
         return self.env.reset(**kwargs)
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.game_return += float(reward)
         self.game_length += 1
@@ -53,13 +75,14 @@ class EpisodicLife(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
+        self.game = ale_game(env)  # once: the check costs more than reading the lives
         self.lives = 0
         self.game_over = True
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.game_over = terminated or truncated
-        lives = self.env.unwrapped.ale.lives()
+        lives = self.game.ale.lives()
         if 0 < lives < self.lives:
             terminated = True
         self.lives = lives
@@ -73,7 +96,7 @@ class EpisodicLife(gym.Wrapper):
             if terminated or truncated:  # the no-op ended the game: start a new one
                 obs, info = self.env.reset(**kwargs)
         self.game_over = False
-        self.lives = self.env.unwrapped.ale.lives()
+        self.lives = self.game.ale.lives()
         return obs, info
 
 
@@ -95,19 +118,20 @@ class FireAfterLifeLoss(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
+        self.game = ale_game(env)
         self.lives = 0
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
-        self.lives = self.env.unwrapped.ale.lives()
+        self.lives = self.game.ale.lives()
         return obs, info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = self.env.unwrapped.ale.lives()
+        lives = self.game.ale.lives()
         if 0 < lives < self.lives and not (terminated or truncated):
             obs, fire_reward, terminated, truncated, info = self.env.step(1)
-            reward += fire_reward
+            reward = float(reward) + float(fire_reward)
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
@@ -128,7 +152,7 @@ def fire_action(meanings: Sequence[str]) -> int | None:
 
 
 def has_fire(env: gym.Env) -> bool:
-    return fire_action(env.unwrapped.get_action_meanings()) is not None  # type: ignore[attr-defined]
+    return fire_action(ale_game(env).get_action_meanings()) is not None
 
 
 def atari_preset(env: gym.Env, *, training: bool) -> gym.Env:

@@ -169,6 +169,7 @@ class QPolicyFactory:
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> QPolicy:
         network = seeded_init(seed, lambda: q_network(observation_space, action_space, self.encoder, self.dueling))
+        assert isinstance(action_space, gym.spaces.Discrete)  # q_network refuses any other
         return QPolicy(network, int(action_space.n), seed)
 
 
@@ -204,7 +205,7 @@ class SACSamplingPolicy:
     """SAC's actor on the CPU: sampled squashed actions while training, the squashed mean when not exploring,
     and uniform actions in the Box until the learner starts (`configure(uniform=...)`)."""
 
-    def __init__(self, actor: SquashedGaussianActor, action_space: gym.Space, seed: int):
+    def __init__(self, actor: SquashedGaussianActor, action_space: gym.spaces.Box, seed: int):
         self.actor = actor.eval()
         self.low = action_space.low.astype(np.float32)
         self.high = action_space.high.astype(np.float32)
@@ -238,4 +239,5 @@ class SACPolicyFactory:
     def __call__(self, observation_space: gym.Space, action_space: gym.Space, seed: int) -> SACSamplingPolicy:
         configure_cpu_threads()
         actor = seeded_init(seed, lambda: SquashedGaussianActor(observation_space, action_space, self.encoder))
+        assert isinstance(action_space, gym.spaces.Box)  # the actor refuses any other
         return SACSamplingPolicy(actor, action_space, seed)
