@@ -338,6 +338,10 @@ def table(rows: list[dict[str, Any]], methods: list[str]) -> str:
         a = across(rows, method)
         lines.append(f"| {method} | {a['seeds']} | {_f(a.get('medianBest'))} | {_f(a.get('worstBest'))} | "
                      f"{_f(a.get('medianMedian'))} |")
+    ranked_by_training = [r for r in rows if r.get("trainingReturns")]  # what Ray Tune's PBT ranks its members by
+    lines += [""] * bool(ranked_by_training) + [
+        f"{r['method']} seed {r['seed']}: training return at the end " + ", ".join(_f(v) for v in r["trainingReturns"])
+        for r in ranked_by_training]
     return "\n".join(lines)
 
 
