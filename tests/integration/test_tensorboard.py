@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from kuberl.trainer.iteration_result import line_from_json
 from kuberl.trainer.storage.local import LocalStore
 from kuberl.trainer.tracking.tensorboard import TensorBoardSink
 from kuberl_testing.manifests import experiment_manifest
@@ -42,20 +43,36 @@ def results(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line]
 
 
+def numeric_paths(data: dict, prefix: str = "") -> set[str]:
+    paths: set[str] = set()
+    for key, value in data.items():
+        if isinstance(value, dict):
+            paths |= numeric_paths(value, f"{prefix}{key}/")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value):
+            paths.add(f"{prefix}{key}")
+    return paths
+
+
 def test_sink_writes_every_scalar_at_step_timesteps(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "run")
     sink = TensorBoardSink(store, max_file_bytes=400)  # small: several files, as a long run makes
-    for i in range(1, 6):
-        sink.write({"iteration": i, "timesteps": 100 * i, "episodeReturnMean": 10.0 * i, "attempt": 0,
-                    "learner": {"loss": 1.0 / i, "updates": i}, "replay": {"shard_0": {"size": 50 * i}},
-                    "evaluation": {"returnMean": 20.0 * i, "returns": [1, 2]}, "note": "text", "flag": True,
-                    "nan": float("nan")})
+    lines = [line_from_json({
+        "iteration": i, "timesteps": 100 * i, "episodeReturnMean": 10.0 * i, "attempt": 0,
+        "learner": {"loss": 1.0 / i, "updates": i}, "replay": {"shard_0": {"size": 50 * i}},
+        "evaluation": {"returnMean": 20.0 * i, "returns": [1, 2]}, "note": "text", "flag": True,
+        "nan": float("nan")}) for i in range(1, 6)]
+    for line in lines:
+        sink.write(line)
     sink.close()
     files = sorted((tmp_path / "run" / "tensorboard").iterdir())
     assert len(files) >= 2, files
     found = scalars(tmp_path / "run" / "tensorboard")
-    assert set(found) == {"episodeReturnMean", "learner/loss", "learner/updates", "replay/shard_0/size",
-                          "evaluation/returnMean"}
+    # every finite number of the line as results.jsonl holds it, at its path, but the step and attempt
+    # counters (the step axis itself); no text, flag, list or NaN
+    assert set(found) == numeric_paths(lines[0].to_json()) - {"iteration", "timesteps", "attempt"}
+    assert {"episodeReturnMean", "learner/loss", "learner/updates", "replay/shard_0/size",
+            "evaluation/returnMean"} <= set(found)
+    assert not {"note", "flag", "nan", "attempt", "iteration", "timesteps"} & set(found)
     assert [step for step, _ in found["episodeReturnMean"]] == [100, 200, 300, 400, 500]
     assert np.allclose([v for _, v in found["learner/loss"]], [1.0, 0.5, 1 / 3, 0.25, 0.2])
     assert sink.files_uploaded >= 5
@@ -73,7 +90,7 @@ def test_a_failed_upload_is_retried_without_logging_twice(tmp_path: Path) -> Non
 
     store = FlakyStore(tmp_path / "run")
     sink = TensorBoardSink(store)
-    result = {"iteration": 1, "timesteps": 10, "episodeReturnMean": 1.0}
+    result = line_from_json({"iteration": 1, "timesteps": 10, "episodeReturnMean": 1.0})
     try:
         sink.write(result)
     except ConnectionError:
@@ -141,7 +158,7 @@ def test_rotated_files_sort_in_write_order_when_torch_names_would_not(tmp_path: 
     store = LocalStore(tmp_path / "run")
     sink = TensorBoardSink(store, max_file_bytes=200)  # a new file every result
     for i in range(1, 13):
-        sink.write({"iteration": i, "timesteps": 10 * i, "episodeReturnMean": float(i)})
+        sink.write(line_from_json({"iteration": i, "timesteps": 10 * i, "episodeReturnMean": float(i)}))
     sink.close()
     names = [p.name for p in sorted((tmp_path / "run" / "tensorboard").iterdir())]
     assert len(names) >= 10, names
