@@ -152,3 +152,14 @@ def test_generated_files_match_the_types():
     assert (ROOT / "crds" / "rlsweep.yaml").read_text() == render_sweep_crd(), "run `make crds`"
     assert (ROOT / "charts" / "kuberl" / "templates" / "crd-rlsweep.yaml").read_text() == render_sweep_chart_crd()
     assert (ROOT / "docs" / "sweep-reference.md").read_text() == render_sweep_reference(), "run `make crds`"
+
+
+def test_a_pbt_sweeps_manifest_form_validates_again():
+    # kuberl sweep writes sweep.to_manifest() as its directory's sweep.yaml: it must read back as the same sweep.
+    doc = doc_with(lambda s: (s.pop("maxTrials"),
+                              s.update(search={"algorithm": "pbt", "pbt": {"populationSize": 4,
+                                                                             "perturbationInterval": 10000}})))
+    manifest = validate_sweep_document(doc).to_manifest()
+    again = validate_sweep_document(copy.deepcopy(manifest))
+    assert again.spec.max_trials == 4
+    assert again.to_manifest() == manifest

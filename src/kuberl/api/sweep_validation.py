@@ -285,6 +285,9 @@ def validate_sweep_document(doc: dict[str, Any], *, strict: bool = True) -> RLSw
     errors = cross_field_errors(sweep)
     if errors:
         raise ManifestError(errors)
+    pbt = sweep.spec.search.pbt
+    if sweep.spec.search.algorithm == "pbt" and pbt is not None and "max_trials" not in sweep.spec.model_fields_set:
+        sweep.spec.max_trials = pbt.population_size  # its manifest form (kuberl sweep's sweep.yaml) validates again
     return sweep
 
 
