@@ -128,8 +128,8 @@ def test_service_names_reach_the_selected_pod_through_its_local_port(cluster):
                                        "spec": {"selector": {"app": "hello"},
                                                 "ports": [{"port": 80, "targetPort": "http"}]}})
     api.create_namespaced_pod(NS, _pod("client", FETCH, args=["http://hello.default.svc:80/"]))
-    time.sleep(0.5)
-    waiting = _read(api, "client")["status"]
+    waiting = _wait(lambda: (status := _read(api, "client")["status"]).get("containerStatuses") and status,
+                    what="the runner to report the client pod")
     assert waiting["phase"] == "Pending"
     assert waiting["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
     api.create_namespaced_pod(NS, server)
@@ -159,8 +159,8 @@ def test_service_names_in_mounted_files_reach_the_selected_pod(cluster):
                   volumeMounts=[{"name": "config", "mountPath": "/etc/kuberl"}])
     client["spec"]["volumes"] = [{"name": "config", "configMap": {"name": "store"}}]
     api.create_namespaced_pod(NS, client)
-    time.sleep(0.5)
-    assert _read(api, "reader")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    reported = _wait(lambda: _read(api, "reader")["status"].get("containerStatuses"), what="the runner to report the reader")
+    assert reported[0]["state"]["waiting"]["reason"] == "ContainerCreating"
     api.create_namespaced_pod(NS, _pod("minio", SERVE, args=["--port=9000", "$(POD_IP)"], labels={"app": "minio"},
                                        ports=[{"containerPort": 9000}],
                                        env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]))
