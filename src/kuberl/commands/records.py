@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kuberl.trainer.run.run_record import RunRecord
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -36,7 +39,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if not records:
         raise StorageError(f"{store.uri}: no run record (run-record/); is this a run directory written by "
                            "kuberl 0.1 or later?")
-    record: dict[str, Any] | None
+    record: RunRecord | None
     if args.attempt is None:
         record = records[-1]
     else:

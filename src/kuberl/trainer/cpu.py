@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cache
-from typing import Any
+from typing import TypedDict
 
 # /proc/cpuinfo flags of x86 CPUs that compute bfloat16 natively: AVX-512 BF16 (Cooper Lake, Zen 4 and later)
 # and AMX's bfloat16 tiles (Sapphire Rapids and later).
@@ -52,7 +52,15 @@ def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:
         return ""
 
 
-def cpu_summary(cpuinfo: str | None = None) -> dict[str, Any]:
+class CpuSummary(TypedDict):
+    """A benchmark row's CPU (its keys are the rows' own)."""
+
+    cpu_model: str | None
+    cpu_bf16: bool  # native bfloat16
+    cpu_flags: list[str]  # SPEED_FLAGS present
+
+
+def cpu_summary(cpuinfo: str | None = None) -> CpuSummary:
     """A benchmark row's CPU: `cpu_model`, `cpu_bf16` (native bfloat16 or not) and `cpu_flags` (SPEED_FLAGS
     present), from /proc/cpuinfo's text (this machine's when None)."""
     import platform

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kuberl.trainer.run.task_defaults import DefaultsRecord
 
 Scalar: TypeAlias = float | int | str | bool | None
 Stats: TypeAlias = Mapping[str, Scalar]
@@ -201,7 +204,7 @@ class IterationResult:
     step: StepResult = field(default_factory=lambda: StepResult(0))
     extra: JsonObject = field(default_factory=dict)
     attempt: int | None = None
-    defaults: JsonObject | None = None
+    defaults: DefaultsRecord | None = None  # what the task-kind defaults chose (the first line's)
     tracking: Mapping[str, str] = field(default_factory=dict)  # tracker -> why it is not logging
     evaluation: EvaluationResult | None = None
 

@@ -8,7 +8,7 @@ import os
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -77,6 +77,20 @@ def learner_autocast(device: torch.device, bf16: bool) -> Any:
 
 
 Bf16Setting = bool | Literal["auto"]  # spec.learner.bf16
+
+
+class _Bf16(TypedDict):
+    setting: Bf16Setting
+    device: str
+    enabled: bool | None
+    reason: str
+
+
+class Bf16Record(_Bf16, total=False):
+    """`spec.learner.bf16` as resolved, in the first results line's `defaults.machine.bf16` and the run record's
+    `learner.bf16` (enabled None, no `native`: left to a learner on a GPU this process does not see)."""
+
+    native: bool
 CUDA_NATIVE_BF16 = (8, 0)  # compute capability from which a GPU computes bfloat16 itself (Ampere)
 EMULATED_COST = ("bfloat16 autocast is emulated there, roughly an order of magnitude slower per minibatch than "
                  "float32 (a Nature-CNN PPO minibatch of 256 took 11x as long on an AVX2 CPU)")
@@ -93,7 +107,7 @@ class Bf16Choice:
     reason: str
     warning: str | None = None  # bf16: true where it is emulated
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> Bf16Record:
         return {"setting": self.setting, "device": self.device, "enabled": self.enabled, "native": self.native,
                 "reason": self.reason}
 

@@ -21,7 +21,7 @@ import platform
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.contract import ENV_IMAGE
@@ -31,13 +31,91 @@ from kuberl.trainer.storage.errors import NotFound
 
 if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment
+    from kuberl.trainer.learning.device import Bf16Record
     from kuberl.trainer.storage.base import ObjectStore
 
 RECORDS = "run-record"
 RECORD_FORMAT = 1
-# The distributions whose versions decide what a run computes, besides the env's own.
-PACKAGES = ("kuberl", "torch", "ray", "gymnasium", "ale-py", "numpy")
 SHARD_SEED_STRIDE = 7919  # replay.shard.ReplayShard: shard i's buffer draws from seed + 7919 * (i + 1)
+
+
+# -- the record's document ---------------------------------------------------------------------------
+class EnvPackage(TypedDict):
+    """The distribution that provides the env's module (None where it is a user's code on PYTHONPATH)."""
+
+    module: str | None
+    distribution: str | None
+    version: str | None
+
+
+# The distributions whose versions decide what a run computes, Python's, and the env's own.
+Versions = TypedDict("Versions", {
+    "kuberl": str | None, "torch": str | None, "ray": str | None, "gymnasium": str | None, "ale-py": str | None,
+    "numpy": str | None, "python": str, "env": EnvPackage,
+})
+
+
+class Machine(TypedDict):
+    hostname: str
+    platform: str
+    cpuModel: str | None  # noqa: N815 - the record's names
+    cpuFlags: list[str]  # noqa: N815
+    cpuBf16: bool  # noqa: N815
+    cpuCount: int | None  # noqa: N815
+    usableCores: int  # noqa: N815
+    gpus: list[str]
+    pythonExecutable: str  # noqa: N815
+
+
+class LearnerRecord(TypedDict):
+    bf16: Bf16Record | None  # spec.learner.bf16 as resolved for the learner's device
+
+
+class _Found(TypedDict):
+    versions: Versions
+    machine: Machine
+
+
+class Environment(_Found, total=False):
+    """What the trainer found where it runs."""
+
+    learner: LearnerRecord
+
+
+class WorkerSeeds(TypedDict):
+    index: int
+    envSeed: int  # noqa: N815
+    envs: int
+    policySeed: int  # noqa: N815
+
+
+class _Seed(TypedDict):
+    seed: int | None
+    learner: int | None
+
+
+class Seeds(_Seed, total=False):
+    note: str  # unseeded: why the run cannot repeat
+    workers: list[WorkerSeeds]
+    replayShards: list[int]  # noqa: N815
+    evaluationEpisodes: list[int]  # noqa: N815 - the first and the last
+
+
+class RunRecord(TypedDict):
+    """`run-record/attempt-NNN.json`, key for key."""
+
+    format: int
+    experiment: str
+    namespace: str | None
+    attempt: int
+    run: str
+    startedAt: str  # noqa: N815
+    image: str | None
+    versions: Versions
+    machine: Machine
+    seeds: Seeds
+    learner: LearnerRecord
+    manifest: dict[str, Any]  # the manifest document, every default filled in
 
 
 def record_key(attempt: int) -> str:
@@ -59,31 +137,32 @@ def resolved_manifest(experiment: RLExperiment) -> dict[str, Any]:
 
 
 def seeds(seed: int | None, *, workers: int, envs_per_worker: int, shards: int, evaluation_episodes: int
-          ) -> dict[str, Any]:
+          ) -> Seeds:
     """Every seed a run derives from spec.config.seed (None: each draws fresh entropy, the run cannot repeat)."""
     from kuberl.trainer.sampling.seeds import evaluation_seeds, worker_seeds
 
     indices = [0] if workers == 0 else list(range(1, workers + 1))  # 0: sampling in the learner's process
-    table: dict[str, Any] = {"seed": seed, "learner": seed}
+    table: Seeds = {"seed": seed, "learner": seed}
     if seed is None:
         table["note"] = "spec.config.seed is not set: envs, policies and replay draw fresh entropy"
         return table
-    table["workers"] = []
+    listed: list[WorkerSeeds] = []
     for index in indices:
         env_seed, policy_seed = worker_seeds(seed, index, envs_per_worker)
         assert env_seed is not None
         # The worker's vector env resets from envSeed: Gymnasium gives env j of a sync vector env envSeed + j,
         # and a natively vectorised env (CartPole's) draws all of its envs from envSeed.
-        table["workers"].append({"index": index, "envSeed": env_seed, "envs": envs_per_worker,
+        listed.append({"index": index, "envSeed": env_seed, "envs": envs_per_worker,
                                  "policySeed": policy_seed})
+    table["workers"] = listed
     table["replayShards"] = [seed + SHARD_SEED_STRIDE * (i + 1) for i in range(shards)]
     episodes = evaluation_seeds(seed, evaluation_episodes)
     table["evaluationEpisodes"] = [episodes[0], episodes[-1]] if episodes else []
     return table
 
 
-def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attempt: int, run_uri: str,
-                 image: str | None, started_at: float, namespace: str | None = None) -> dict[str, Any]:
+def build_record(experiment: RLExperiment, environment: Environment, *, attempt: int, run_uri: str,
+                 image: str | None, started_at: float, namespace: str | None = None) -> RunRecord:
     """The record of one attempt (pure). `environment` is what the trainer found where it runs: versions, machine,
     and `learner`, spec.learner.bf16 as resolved for the learner's device (task_defaults.bf16_record)."""
     spec = experiment.spec
@@ -104,7 +183,7 @@ def build_record(experiment: RLExperiment, environment: dict[str, Any], *, attem
         "machine": environment["machine"],
         "seeds": seeds(manifest["spec"]["config"].get("seed"), workers=spec.rollouts.workers,
                        envs_per_worker=spec.rollouts.envs_per_worker, shards=shards, evaluation_episodes=evaluation),
-        "learner": environment.get("learner", {"bf16": None}),
+        "learner": environment.get("learner", LearnerRecord(bf16=None)),
         "manifest": manifest,
     }
 
@@ -135,7 +214,7 @@ def env_module(env_id: str) -> str | None:
     return entry.split(":", 1)[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
 
 
-def env_package(env_id: str) -> dict[str, Any]:
+def env_package(env_id: str) -> EnvPackage:
     """The distribution (and version) that provides the env's module; the module alone when none does (a user's
     code on PYTHONPATH)."""
     try:
@@ -161,12 +240,14 @@ def gpus() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
-def probe_environment(env_id: str) -> dict[str, Any]:
+def probe_environment(env_id: str) -> Environment:
     """Versions and machine of this process."""
     cpu = cpu_summary()
-    versions: dict[str, Any] = {name: version_of(name) for name in PACKAGES}
-    versions["python"] = platform.python_version()
-    versions["env"] = env_package(env_id)
+    versions: Versions = {
+        "kuberl": version_of("kuberl"), "torch": version_of("torch"), "ray": version_of("ray"),
+        "gymnasium": version_of("gymnasium"), "ale-py": version_of("ale-py"), "numpy": version_of("numpy"),
+        "python": platform.python_version(), "env": env_package(env_id),
+    }
     return {
         "versions": versions,
         "machine": {"hostname": socket.gethostname(), "platform": platform.platform(),
@@ -178,15 +259,15 @@ def probe_environment(env_id: str) -> dict[str, Any]:
 
 # -- the store -------------------------------------------------------------------------------------------
 def write_record(store: ObjectStore, experiment: RLExperiment, *, attempt: int, namespace: str | None = None,
-                 learner_bf16: dict[str, Any] | None = None) -> dict[str, Any]:
-    environment = {**probe_environment(experiment.spec.env.id), "learner": {"bf16": learner_bf16}}
+                 learner_bf16: Bf16Record | None = None) -> RunRecord:
+    environment: Environment = {**probe_environment(experiment.spec.env.id), "learner": {"bf16": learner_bf16}}
     record = build_record(experiment, environment, attempt=attempt, run_uri=store.uri,
                           image=os.environ.get(ENV_IMAGE) or None, started_at=time.time(), namespace=namespace)
     store.put_bytes(record_key(attempt), json.dumps(record, indent=1).encode())
     return record
 
 
-def read_records(store: ObjectStore) -> list[dict[str, Any]]:
+def read_records(store: ObjectStore) -> list[RunRecord]:
     """Every attempt's record, oldest first (unreadable ones are skipped)."""
     found = []
     for key in store.list(f"{RECORDS}/"):
@@ -200,11 +281,11 @@ def read_records(store: ObjectStore) -> list[dict[str, Any]]:
 
 
 # -- `kuberl info` ----------------------------------------------------------------------------------------
-def _version(versions: dict[str, Any], name: str) -> str:
+def _version(versions: Versions, name: str) -> str:
     return f"{name} {versions.get(name) or '-'}"
 
 
-def _seeds_text(table: dict[str, Any]) -> list[str]:
+def _seeds_text(table: Seeds) -> list[str]:
     if table.get("seed") is None:
         return [f"seed:       none ({table.get('note', 'unseeded')})"]
     lines = [f"seed:       {table['seed']} (learner: torch and numpy)"]
@@ -219,7 +300,7 @@ def _seeds_text(table: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _bf16_text(machine: dict[str, Any], bf16: dict[str, Any] | None) -> list[str]:
+def _bf16_text(machine: Machine, bf16: Bf16Record | None) -> list[str]:
     flags = machine.get("cpuFlags")
     lines = [f"cpu flags:  {' '.join(flags) if flags else 'none of avx2, avx512f, avx512_bf16, amx_bf16'}"
              ] if flags is not None else []
@@ -228,7 +309,7 @@ def _bf16_text(machine: dict[str, Any], bf16: dict[str, Any] | None) -> list[str
     return lines
 
 
-def record_text(record: dict[str, Any], *, attempts: int = 1) -> str:
+def record_text(record: RunRecord, *, attempts: int = 1) -> str:
     """A run record, readable (pure)."""
     import yaml
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kuberl.api.defaults import (
     TaskKind,
@@ -43,6 +43,9 @@ from kuberl.api.defaults import (
 from kuberl.api.types import LearnerSpec, RLExperiment
 from kuberl.trainer.machine import usable_cores
 
+if TYPE_CHECKING:
+    from kuberl.trainer.learning.device import Bf16Record
+
 MAX_IMAGE_ENVS = 64
 # Ape-X replayed samples per env step: (what to aim for, the least to fall to) by task kind. Vector: 8 per step
 # is what learns CartPole here, and less was not measured, so it does not fall; images: the paper's learner
@@ -54,6 +57,34 @@ APEX_SAMPLES_PER_STEP: dict[TaskKind, tuple[float, float]] = {
 MEASURE_BATCH = 64  # rows per timed update; CPU time per update grows about linearly with them
 
 
+class MachineChoices(TypedDict, total=False):
+    """`defaults.machine`: what the machine chose for a run, and what it was measured at."""
+
+    cores: int
+    trainBatch: int  # noqa: N815 - the results' names
+    minibatches: int
+    replayRatio: str  # noqa: N815 - why Ape-X's replay ratio was not measured (yet)
+    learnerSamplesPerSecond: float  # noqa: N815
+    samplerStepsPerSecond: float  # noqa: N815
+    replayedSamplesPerStep: float  # noqa: N815
+    chosen: list[str]  # the paths the machine set
+    bf16: Bf16Record
+
+
+class _Chosen(TypedDict):
+    kind: TaskKind | None
+    name: str
+    values: dict[str, Any]  # manifest paths under spec -> the values set
+    machine: MachineChoices
+
+
+class DefaultsRecord(_Chosen, total=False):
+    """The `defaults` entry of a run's first results line."""
+
+    note: str
+    policies: dict[str, TaskKind | None]
+
+
 @dataclass
 class TaskDefaults:
     """What the task-kind defaults chose for one run."""
@@ -61,7 +92,7 @@ class TaskDefaults:
     kind: TaskKind | None  # None: a multi-agent run whose policies' kinds differ, so no set applies
     name: str
     values: dict[str, Any]  # manifest paths under spec -> values, those the manifest did not set
-    machine: dict[str, Any] = field(default_factory=dict)  # what the machine chose, and what it was measured at
+    machine: MachineChoices = field(default_factory=MachineChoices)
     policies: dict[str, TaskKind | None] = field(default_factory=dict)  # multi-agent: each policy's kind
     note: str = ""  # why the kind's set is empty: its values were never measured (kuberl.api.defaults)
 
@@ -76,12 +107,15 @@ class TaskDefaults:
             line += f"; learner.bf16: {bf16['reason']}"
         return line
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> DefaultsRecord:
         """The `defaults` entry of the first results line."""
-        record = {"kind": self.kind, "name": self.name, "values": dict(self.values), "machine": dict(self.machine)}
+        record: DefaultsRecord = {"kind": self.kind, "name": self.name, "values": dict(self.values),
+                                  "machine": self.machine.copy()}
         if self.note:
             record["note"] = self.note
-        return {**record, "policies": dict(self.policies)} if self.policies else record
+        if self.policies:
+            record["policies"] = dict(self.policies)
+        return record
 
 
 # Values of a task-kind set that multi-agent runs refuse (kuberl.trainer.multiagent.checks).
@@ -138,7 +172,7 @@ def image_envs_for_cores(envs: int, cores: int) -> int:
     return max(envs, min(cores, MAX_IMAGE_ENVS))
 
 
-def bf16_record(learner: LearnerSpec, *, conv: bool) -> dict[str, Any]:
+def bf16_record(learner: LearnerSpec, *, conv: bool) -> Bf16Record:
     """`spec.learner.bf16` as the learner resolves it on the device this process gives it (a GPU it cannot see
     is left to the learner)."""
     import torch
@@ -216,11 +250,11 @@ def _measure_env(experiment: RLExperiment, seconds: float = 0.5) -> float:
 
 
 def machine_values(experiment: RLExperiment, kind: TaskKind, taken: set[str], *, cores: int,
-                   measure: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                   measure: bool) -> tuple[dict[str, Any], MachineChoices]:
     """(values the machine chose, the record of why) for a resolved experiment; `taken`: the manifest's paths."""
     spec = experiment.spec
     values: dict[str, Any] = {}
-    record: dict[str, Any] = {"cores": cores}
+    record: MachineChoices = {"cores": cores}
     if kind == "image" and spec.rollouts.workers == 0 and "rollouts.envsPerWorker" not in taken:
         envs = image_envs_for_cores(spec.rollouts.envs_per_worker, cores)
         if envs != spec.rollouts.envs_per_worker:
@@ -229,7 +263,8 @@ def machine_values(experiment: RLExperiment, kind: TaskKind, taken: set[str], *,
             from kuberl.api.validation import hyperparams_for
 
             batch = envs * spec.rollouts.fragment_length
-            record.update(trainBatch=batch, minibatches=max(1, round(batch / hyperparams_for(experiment).minibatch_size)))
+            record["trainBatch"] = batch
+            record["minibatches"] = max(1, round(batch / hyperparams_for(experiment).minibatch_size))
     if spec.algorithm == "apex-dqn" and kind in APEX_SAMPLES_PER_STEP and "config.replayRatio" not in taken:
         if spec.learner.gpus:  # the paper's learner was a GPU's: it keeps up; and the driver leaves CUDA alone
             record["replayRatio"] = "the published one, for a learner on a GPU"
@@ -242,8 +277,9 @@ def machine_values(experiment: RLExperiment, kind: TaskKind, taken: set[str], *,
             parallel = spec.rollouts.workers if spec.workers.replicas else min(spec.rollouts.workers, cores)
             sampler = _measure_env(experiment) * max(1, parallel)
             values["config.replayRatio"] = adaptive_replay_ratio(kind, batch, learner, sampler)
-            record.update(learnerSamplesPerSecond=round(learner, 1), samplerStepsPerSecond=round(sampler, 1),
-                          replayedSamplesPerStep=round(values["config.replayRatio"] * batch, 3))
+            record["learnerSamplesPerSecond"] = round(learner, 1)
+            record["samplerStepsPerSecond"] = round(sampler, 1)
+            record["replayedSamplesPerStep"] = round(values["config.replayRatio"] * batch, 3)
         else:
             record["replayRatio"] = "measured when training starts"
     return values, record

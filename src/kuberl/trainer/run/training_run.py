@@ -12,7 +12,7 @@ import contextlib
 import functools
 import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from kuberl.trainer.run.live_status import LiveStatus
     from kuberl.trainer.run.settings import TrainerSettings
     from kuberl.trainer.run.sinks import ResultSinks
+    from kuberl.trainer.run.task_defaults import DefaultsRecord
     from kuberl.trainer.storage.background import BackgroundWriter
     from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore
     from kuberl.trainer.storage.checkpoints import CheckpointWriter
@@ -81,7 +82,7 @@ class TrainingRun:
         self.observers = Observers()
         self.termination = Termination()
         self._stack = contextlib.ExitStack()
-        self._defaults_record: dict[str, Any] | None = None
+        self._defaults_record: DefaultsRecord | None = None
         self._defaults_line = ""
 
     def __enter__(self) -> TrainingRun:
@@ -223,7 +224,8 @@ class TrainingRun:
                   "this manifest's hyperparameters", file=self.out, flush=True)
         self.spec_text = yaml.safe_dump(self.experiment.to_manifest(), sort_keys=False)
         run.write_spec(self.spec_text)
-        bf16 = (self._defaults_record or {}).get("machine", {}).get("bf16")  # spec.learner.bf16 as resolved
+        # spec.learner.bf16 as resolved
+        bf16 = self._defaults_record["machine"].get("bf16") if self._defaults_record is not None else None
         retry_transient(lambda: write_record(store, self.experiment, attempt=self.status.attempt,
                                              namespace=self.namespace, learner_bf16=bf16),
                         "writing the run record", log=self.log)
