@@ -33,10 +33,6 @@ from kuberl.trainer.run.callbacks import (
 if TYPE_CHECKING:
     from kuberl.trainer.algorithms.base import Algorithm
 
-def _camel(values: dict[str, Any]) -> dict[str, Any]:
-    return {to_camel(k): v for k, v in values.items() if v is not None}
-
-
 def _default_name(algorithm: str, env_id: str | None) -> str:
     name = re.sub(r"[^a-z0-9-]+", "-", f"{algorithm}-{env_id or 'env'}".lower()).strip("-")
     return name[:63] or "kuberl"
@@ -61,80 +57,66 @@ class AlgorithmConfig:
         self._params: CommonParams | None = None
 
     # -- builder methods, one per manifest section -----------------------------------------------
-    def _section(self, name: str) -> dict[str, Any]:
+    def _set(self, section: str, **values: Any) -> None:
+        """Set fields of the manifest's `spec.SECTION`, named in snake_case (None: left as it is)."""
         self._experiment = None
-        return self.document["spec"].setdefault(name, {})
+        self.document["spec"].setdefault(section, {}).update(
+            {to_camel(name): value for name, value in values.items() if value is not None})
 
     def environment(self, env: str | None = None, *, env_config: dict[str, Any] | None = None,
                     preprocessing: str | None = None, wrappers: list[dict[str, Any]] | None = None) -> Self:
-        section = self._section("env")
-        if env is not None:
-            section["id"] = env
-        if env_config is not None:
-            section["config"] = dict(env_config)
-        if preprocessing is not None:
-            section["preprocessing"] = preprocessing
-        if wrappers is not None:
-            section["wrappers"] = [dict(w) for w in wrappers]
+        self._set("env", id=env, config=None if env_config is None else dict(env_config),
+                  preprocessing=preprocessing, wrappers=None if wrappers is None else [dict(w) for w in wrappers])
         return self
 
     def rollouts(self, *, workers: int | None = None, envs_per_worker: int | None = None,
                  fragment_length: int | None = None, env_threads: int | None = None,
                  env_groups: int | None = None) -> Self:
-        self._section("rollouts").update(
-            _camel({"workers": workers, "envs_per_worker": envs_per_worker, "fragment_length": fragment_length,
-                    "env_threads": env_threads, "env_groups": env_groups})
-        )
+        self._set("rollouts", workers=workers, envs_per_worker=envs_per_worker, fragment_length=fragment_length,
+                  env_threads=env_threads, env_groups=env_groups)
         return self
 
     def multi_agent(self, *, policies: list[dict[str, Any]] | None = None, policies_to_train: list[str] | None = None,
                     agent_id_feature: bool | None = None) -> Self:
         """spec.multiAgent for a PettingZoo env: policies as [{"name", "agents", "config", "model"}] (manifest
         names), the ones that learn, the one-hot agent id (docs/multi-agent.md)."""
-        section = self._section("multiAgent")
-        if policies is not None:
-            section["policies"] = [dict(policy) for policy in policies]
-        section.update(_camel({"policies_to_train": policies_to_train, "agent_id_feature": agent_id_feature}))
+        self._set("multiAgent", policies=None if policies is None else [dict(policy) for policy in policies],
+                  policies_to_train=policies_to_train, agent_id_feature=agent_id_feature)
         return self
 
     def replay(self, *, shards: int | None = None, capacity: int | None = None, prioritized: bool | None = None) -> Self:
-        self._section("replay").update(_camel({"shards": shards, "capacity": capacity, "prioritized": prioritized}))
+        self._set("replay", shards=shards, capacity=capacity, prioritized=prioritized)
         return self
 
     def training(self, **params: Any) -> Self:
         """Hyperparameters by name (see kuberl.api.hyperparams): lr=3e-4, gamma=0.99, ..."""
-        self._section("config").update(_camel(params))
+        self._set("config", **params)
         return self
 
     def resources(self, *, learner_gpus: int | None = None, learner_bf16: bool | Literal["auto"] | None = None,
                   learner_threads: int | None = None) -> Self:
         """spec.learner: its GPUs, bfloat16 autocast (auto, True, False), torch's threads in its process."""
-        self._section("learner").update(_camel({"gpus": learner_gpus, "bf16": learner_bf16,
-                                                "threads": learner_threads}))
+        self._set("learner", gpus=learner_gpus, bf16=learner_bf16, threads=learner_threads)
         return self
 
     def debugging(self, *, seed: int | None = None) -> Self:
-        self._section("config").update(_camel({"seed": seed}))
+        self._set("config", seed=seed)
         return self
 
     def stopping(self, *, timesteps: int | None = None, episode_return_mean: float | None = None,
                  time_seconds: int | None = None, iterations: int | None = None,
                  evaluation_return_mean: float | None = None) -> Self:
-        self._section("stop").update(
-            _camel({"timesteps": timesteps, "episode_return_mean": episode_return_mean,
-                    "time_seconds": time_seconds, "iterations": iterations,
-                    "evaluation_return_mean": evaluation_return_mean})
-        )
+        self._set("stop", timesteps=timesteps, episode_return_mean=episode_return_mean, time_seconds=time_seconds,
+                  iterations=iterations, evaluation_return_mean=evaluation_return_mean)
         return self
 
     def checkpointing(self, *, every_iterations: int | None = None, keep: int | None = None,
                       keep_best: bool | None = None) -> Self:
-        self._section("checkpoint").update(
-            _camel({"every_iterations": every_iterations, "keep": keep, "keep_best": keep_best}))
+        self._set("checkpoint", every_iterations=every_iterations, keep=keep, keep_best=keep_best)
         return self
 
     def traces(self, *, enabled: bool | None = None, steps: bool | None = None) -> Self:
-        self._section("traces").update(_camel({"enabled": enabled, "steps": steps}))
+        self._set("traces", enabled=enabled, steps=steps)
         return self
 
     def callbacks(self, callbacks_class: type[Callbacks] | None = None, *, on_episode_end: EpisodeHook | None = None,
@@ -155,11 +137,9 @@ class AlgorithmConfig:
                    video_every_evaluations: int | None = None) -> Self:
         """Evaluation during training as `kuberl train` and the operator run it (`to_document()` is the
         manifest); `algo.train()` by itself does not evaluate: call `algo.evaluate()`."""
-        section = self._section("evaluation")
-        section.update(_camel({"interval": interval, "episodes": episodes, "workers": workers, "explore": explore,
-                               "env_config": env_config}))
-        if video_every_evaluations is not None:
-            section["video"] = {"everyEvaluations": video_every_evaluations}
+        self._set("evaluation", interval=interval, episodes=episodes, workers=workers, explore=explore,
+                  env_config=env_config,
+                  video=None if video_every_evaluations is None else {"everyEvaluations": video_every_evaluations})
         return self
 
     def named(self, name: str, namespace: str | None = None) -> Self:
