@@ -3,6 +3,9 @@ by attempt then iteration, best by evaluation return else training return; the t
 
 from __future__ import annotations
 
+from typing import Any
+
+from kuberl.trainer.iteration_result import ResultLine, line_from_json
 from kuberl.trainer.storage.base import CheckpointInfo
 from kuberl.trainer.storage.checkpoint_listing import checkpoint_rows, checkpoints_table, human_bytes
 
@@ -13,7 +16,11 @@ def info(iteration: int, attempt: int = 1, size: int = 1000) -> CheckpointInfo:
                           attempt=attempt, files={"model.pt": size, "counters.json": 24})
 
 
-RESULTS = [
+def lines(records: list[dict[str, Any]]) -> list[ResultLine]:
+    return [line_from_json(record) for record in records]
+
+
+RESULTS = lines([
     {"iteration": 1, "timesteps": 100, "episodeReturnMean": 10.0},
     {"iteration": 2, "timesteps": 200, "episodeReturnMean": 30.0},
     # The evaluation of iteration 2's policy arrives on iteration 3's line.
@@ -21,7 +28,7 @@ RESULTS = [
      "evaluation": {"iteration": 2, "returnMean": 150.0}},
     {"iteration": 4, "timesteps": 400, "episodeReturnMean": 50.0},
     {"iteration": 4, "timesteps": 400, "evaluation": {"iteration": 4, "returnMean": 120.0}},  # a line of its own
-]
+])
 
 
 def test_best_by_evaluation_return_latest_by_attempt_then_iteration():
@@ -34,13 +41,13 @@ def test_best_by_evaluation_return_latest_by_attempt_then_iteration():
 
 
 def test_without_evaluations_best_is_by_training_return():
-    rows = checkpoint_rows([info(1), info(2), info(4)], [r for r in RESULTS if "evaluation" not in r])
+    rows = checkpoint_rows([info(1), info(2), info(4)], [r for r in RESULTS if r.evaluation is None])
     assert [r.iteration for r in rows if r.best] == [4] and [r.iteration for r in rows if r.latest] == [4]
 
 
 def test_a_tie_goes_to_the_older_checkpoint():
-    tied = [{"iteration": 2, "evaluation": {"iteration": 2, "returnMean": 500.0}},
-            {"iteration": 4, "evaluation": {"iteration": 4, "returnMean": 500.0}}]
+    tied = lines([{"iteration": 2, "timesteps": 200, "evaluation": {"iteration": 2, "returnMean": 500.0}},
+                  {"iteration": 4, "timesteps": 400, "evaluation": {"iteration": 4, "returnMean": 500.0}}])
     assert [r.iteration for r in checkpoint_rows([info(2), info(4)], tied) if r.best] == [2]
 
 

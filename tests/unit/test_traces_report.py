@@ -60,3 +60,28 @@ def test_throughput_without_timing_is_unknown() -> None:
 def test_not_a_run_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="no results.jsonl and no traces"):
         report(str(tmp_path / "empty"))
+
+
+def test_an_evaluation_line_of_its_own_is_no_iteration(tmp_path: Path) -> None:
+    # A run whose last evaluation finished after its last iteration's line: results.jsonl ends with a line
+    # that holds only that evaluation (a real file: two iterations, three lines).
+    fixture = Path(__file__).parents[1] / "fixtures" / "results" / "ppo-eval.jsonl"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.jsonl").write_bytes(fixture.read_bytes())
+    text = report(str(tmp_path / "run"), png_path=tmp_path / "curve.png")
+    assert "results: 2 iterations" in text
+    assert "return mean last 22.9, best 22.9" in text
+    assert "evaluations: 3" in text and "iteration 2: return mean 79.50" in text
+
+
+def test_the_checkpoints_of_a_run_score_by_the_evaluations_its_results_hold() -> None:
+    import json
+
+    from kuberl.trainer.iteration_result import line_from_json
+    from kuberl.trainer.storage.checkpoint_listing import returns_by_iteration
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "results" / "ppo-eval.jsonl"
+    raw = [json.loads(line) for line in fixture.read_text().splitlines()]
+    training, evaluation = returns_by_iteration([line_from_json(line) for line in raw])
+    assert training == {line["iteration"]: line["episodeReturnMean"] for line in raw if "episodeReturnMean" in line}
+    assert evaluation == {line["evaluation"]["iteration"]: line["evaluation"]["returnMean"] for line in raw}

@@ -52,6 +52,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
+    from kuberl.trainer.iteration_result import line_from_json
     from kuberl.trainer.storage import open_store
     from kuberl.trainer.storage.base import StorageError
     from kuberl.trainer.storage.checkpoint_listing import checkpoint_rows, checkpoints_table
@@ -65,7 +66,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     if not checkpoints and not store.exists("experiment.yaml"):
         raise StorageError(f"{store.uri}: no checkpoints and no experiment.yaml; is this a run directory?")
     try:
-        results = parse_jsonl(store.get_bytes(RESULTS))
+        results = [line_from_json(line) for line in parse_jsonl(store.get_bytes(RESULTS))]
     except NotFound:
         results = []
     rows = checkpoint_rows(checkpoints, results)

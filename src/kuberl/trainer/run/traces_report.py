@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from kuberl.trainer.evaluation.run_evaluations import VIDEOS
+from kuberl.trainer.iteration_result import IterationResult, ResultLine, line_from_json
 from kuberl.trainer.storage import open_store
 from kuberl.trainer.storage.base import ObjectStore, StorageError
 from kuberl.trainer.storage.local import LocalStore
@@ -26,7 +27,7 @@ def report(uri: str, endpoint: str | None = None, png_path: str | Path | None = 
     ./learning-curve-NAME.png. Raises StorageError when the URI holds no run.
     """
     store = open_store(uri, endpoint=endpoint)
-    results = RunStorage(store).read_results()
+    results = [line_from_json(line) for line in RunStorage(store).read_results()]
     episodes = list(read_traces(store))
     if not results and not episodes:
         raise StorageError(f"{store.uri}: no results.jsonl and no traces/ here; is this a run directory?")
@@ -36,15 +37,20 @@ def report(uri: str, endpoint: str | None = None, png_path: str | Path | None = 
             + videos_text(store) + f"\nlearning curve: {png}")
 
 
-def evaluations_text(results: list[dict[str, Any]]) -> str:
+def evaluations_text(results: list[ResultLine]) -> str:
     """One line per evaluation in results.jsonl (the policy of which iteration, its return)."""
-    found = [r["evaluation"] for r in results if isinstance(r.get("evaluation"), dict)]
+    found = [r.evaluation for r in results if r.evaluation is not None]
     if not found:
         return ""
     lines = [f"\nevaluations: {len(found)}"]
-    lines += [f"  iteration {e.get('iteration')}: return mean {_fmt(e.get('returnMean'), '.2f')} "
-              f"(std {_fmt(e.get('returnStd'), '.2f')}, {e.get('episodes')} episodes)" for e in found]
+    lines += [f"  iteration {e.iteration}: return mean {_fmt(e.return_mean, '.2f')} "
+              f"(std {_fmt(e.return_std, '.2f')}, {e.episodes} episodes)" for e in found]
     return "\n".join(lines)
+
+
+def iterations(results: list[ResultLine]) -> list[IterationResult]:
+    """The iterations' lines, without the lines of evaluations that finished after the last one."""
+    return [r for r in results if isinstance(r, IterationResult)]
 
 
 def videos_text(store: ObjectStore) -> str:
@@ -104,15 +110,16 @@ def worker_throughput(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize(results: list[dict[str, Any]], episodes: list[dict[str, Any]], *, run_uri: str = "") -> str:
+def summarize(results: list[ResultLine], episodes: list[dict[str, Any]], *, run_uri: str = "") -> str:
     """The text `kuberl traces` prints."""
     lines = [f"run {run_uri}" if run_uri else "run"]
-    if results:
-        last = results[-1]
-        means = [r["episodeReturnMean"] for r in results if r.get("episodeReturnMean") is not None]
+    trained = iterations(results)
+    if trained:
+        last = trained[-1]
+        means = [r.episode_return_mean for r in trained if r.episode_return_mean is not None]
         lines.append(
-            f"results: {len(results)} iterations, {int(last.get('timesteps') or 0):,} env steps, "
-            f"{_fmt(last.get('timeSeconds'))} s; return mean last {_fmt(last.get('episodeReturnMean'))}, "
+            f"results: {len(trained)} iterations, {last.timesteps:,} env steps, "
+            f"{_fmt(last.time_seconds)} s; return mean last {_fmt(last.episode_return_mean)}, "
             f"best {_fmt(max(means) if means else None)}"
         )
     else:
@@ -151,7 +158,7 @@ def _curve_from_episodes(episodes: list[dict[str, Any]]) -> tuple[np.ndarray, np
     return steps, seconds, window / counts
 
 
-def plot_learning_curve(results: list[dict[str, Any]], episodes: list[dict[str, Any]], path: Path,
+def plot_learning_curve(results: list[ResultLine], episodes: list[dict[str, Any]], path: Path,
                         title: str = "") -> None:
     """Return against env steps and against wall time, from results.jsonl (or the traces without it)."""
     import matplotlib
@@ -160,11 +167,11 @@ def plot_learning_curve(results: list[dict[str, Any]], episodes: list[dict[str, 
     import matplotlib.pyplot as plt
 
     fig, (by_steps, by_time) = plt.subplots(1, 2, figsize=(11, 4))
-    rows = [r for r in results if r.get("episodeReturnMean") is not None]
+    rows = [r for r in iterations(results) if r.episode_return_mean is not None]
     if rows:
-        steps = [r.get("timesteps", 0) for r in rows]
-        seconds = [r.get("timeSeconds", 0.0) for r in rows]
-        means = [r["episodeReturnMean"] for r in rows]
+        steps = np.array([r.timesteps for r in rows])
+        seconds = np.array([r.time_seconds for r in rows])
+        means = np.array([r.episode_return_mean for r in rows], dtype=float)
         by_steps.plot(steps, means, label="return mean (100 episodes)")
         by_time.plot(seconds, means, label="return mean (100 episodes)")
     elif episodes:

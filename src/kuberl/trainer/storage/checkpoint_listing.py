@@ -11,9 +11,11 @@ attempt, then iteration: what a resume loads).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kuberl.trainer.iteration_result import IterationResult, ResultLine
 from kuberl.trainer.storage.base import CheckpointInfo
 
 
@@ -33,30 +35,27 @@ class CheckpointRow:
         return asdict(self)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+def _number(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
-def returns_by_iteration(results: list[dict[str, Any]]) -> tuple[dict[int, float], dict[int, float]]:
+def returns_by_iteration(results: Iterable[ResultLine]) -> tuple[dict[int, float], dict[int, float]]:
     """(training return mean, evaluation return mean) by iteration from results.jsonl's lines; an evaluation
     counts for the iteration whose policy it played (its own `iteration`), not the line it arrived on."""
     training: dict[int, float] = {}
     evaluation: dict[int, float] = {}
     for line in results:
-        value = _number(line.get("episodeReturnMean"))
-        if value is not None and isinstance(line.get("iteration"), int):
-            training[line["iteration"]] = value
-        played = line.get("evaluation")
-        if isinstance(played, dict) and isinstance(played.get("iteration"), int):
-            score = _number(played.get("returnMean"))
-            if score is not None:
-                evaluation[played["iteration"]] = score
+        value = _number(line.episode_return_mean) if isinstance(line, IterationResult) else None
+        if value is not None:
+            training[line.iteration] = value
+        played = line.evaluation
+        score = _number(played.return_mean) if played is not None else None
+        if played is not None and score is not None:
+            evaluation[played.iteration] = score
     return training, evaluation
 
 
-def checkpoint_rows(checkpoints: list[CheckpointInfo], results: list[dict[str, Any]]) -> list[CheckpointRow]:
+def checkpoint_rows(checkpoints: list[CheckpointInfo], results: Iterable[ResultLine]) -> list[CheckpointRow]:
     """One row per complete checkpoint, oldest first, latest and best marked."""
     training, evaluation = returns_by_iteration(results)
     rows = [CheckpointRow(iteration=c.iteration, timesteps=c.timesteps, attempt=c.attempt,
