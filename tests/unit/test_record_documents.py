@@ -28,6 +28,7 @@ from kuberl.trainer.run.run_record import (
     write_record,
 )
 from kuberl.trainer.run.task_defaults import DefaultsRecord, MachineChoices, resolve_task_defaults
+from kuberl.trainer.storage.checkpoints import BEST, BestPointer, read_best_pointer, write_best
 from kuberl.trainer.storage.local import LocalStore
 from kuberl_testing.manifests import experiment_manifest
 
@@ -88,3 +89,13 @@ def test_the_defaults_a_run_chooses_fit_their_type() -> None:
 
 def test_the_cpu_summary_is_its_type() -> None:
     assert list(cpu_summary("model name\t: X\nflags\t: avx2 avx512_bf16\n")) == list(CpuSummary.__annotations__)
+
+
+def test_the_best_pointer_reads_back_as_written(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    write_best(store, 3, {"model.pt": b"weights"}, timesteps=300, score=42.5, attempt=2)
+    pointer = read_best_pointer(store)
+    assert pointer is not None
+    assert list(pointer) == list(BestPointer.__annotations__)
+    assert json.dumps(pointer).encode() == store.get_bytes(BEST)  # key for key, in the file's order
+    assert (pointer["checkpoint"], pointer["iteration"], pointer["evaluationReturnMean"]) == ("000003", 3, 42.5)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from kuberl import __version__
 from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore, SizedListing
@@ -325,11 +325,22 @@ def _move_latest(store: ObjectStore, info: CheckpointInfo) -> None:
     store.put_bytes(LATEST, json.dumps(body).encode())
 
 
-def read_best_pointer(store: ObjectStore) -> dict[str, Any] | None:
-    """`checkpoints/best`: {checkpoint, iteration, timesteps, attempt, evaluationReturnMean}, or None."""
+class BestPointer(TypedDict):
+    """`checkpoints/best`: the checkpoint of the best evaluation so far, and its return mean."""
+
+    checkpoint: str  # the directory name, "000120"
+    iteration: int
+    timesteps: int
+    attempt: int
+    evaluationReturnMean: float  # noqa: N815 - the file's names
+
+
+def read_best_pointer(store: ObjectStore) -> BestPointer | None:
+    """`checkpoints/best`, or None when missing or unreadable."""
     try:
         pointer = json.loads(store.get_bytes(BEST))
-        return {**pointer, "checkpoint": str(pointer["checkpoint"]), "iteration": int(pointer["iteration"]),
+        return {"checkpoint": str(pointer["checkpoint"]), "iteration": int(pointer["iteration"]),
+                "timesteps": int(pointer.get("timesteps", 0)), "attempt": int(pointer.get("attempt", 0)),
                 "evaluationReturnMean": float(pointer["evaluationReturnMean"])}
     except NotFound:
         return None
@@ -347,8 +358,8 @@ def write_best(store: ObjectStore, iteration: int, files: dict[str, bytes], *, t
         info = write_checkpoint(store, iteration, files, timesteps=timesteps, attempt=attempt,
                                 before_manifest=before_manifest)
     _fence(store, attempt, iteration)
-    body = {"checkpoint": info.key.rsplit("/", 1)[1], "iteration": info.iteration, "timesteps": info.timesteps,
-            "attempt": attempt, "evaluationReturnMean": score}
+    body: BestPointer = {"checkpoint": info.key.rsplit("/", 1)[1], "iteration": info.iteration,
+                         "timesteps": info.timesteps, "attempt": attempt, "evaluationReturnMean": score}
     store.put_bytes(BEST, json.dumps(body).encode())
     return info
 
