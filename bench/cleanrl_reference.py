@@ -9,7 +9,11 @@ kuberl's:
     make bench-deps-cleanrl                 # .venv-cleanrl
     .venv/bin/python -m bench.cleanrl_reference --script ppo_continuous_action.py --env Hopper-v4 --seeds 1,2 \\
         --json cleanrl-hopper-12.json
-    .venv/bin/python -m bench.defaults --merge cleanrl-hopper-12.json cleanrl-hopper-34.json --plot hopper.png
+    .venv/bin/python -m bench.defaults --rows ppo-hopper-v4 --seeds 1,2 --json kuberl-hopper-12.json
+    .venv/bin/python -m bench.defaults --merge cleanrl-hopper-12.json kuberl-hopper-12.json --plot hopper.png
+
+Compare like with like: the script runs the -v4 MuJoCo envs its pyproject pins, so kuberl's side of the
+comparison is the defaults matrix's `-v4` row (`ppo-hopper-v4`), not its `-v5` one.
 
 The return is what bench/defaults.py reports for kuberl: the mean of the last 100 episodes' returns at the end of
 the budget (from the script's `episodic_return` lines, which are raw: its reward normalization sits inside them).

@@ -57,6 +57,8 @@ ROWS: tuple[Row, ...] = (
     Row("ppo-halfcheetah", "ppo", "HalfCheetah-v5", 1_000_000, 1442.0, f"{CLEANRL_MUJOCO}: 1,442 +- 46",
         "HalfCheetah-v4 in the reference, v5 here"),
     Row("ppo-hopper", "ppo", "Hopper-v5", 1_000_000, 2383.0, f"{CLEANRL_MUJOCO}: 2,383", "Hopper-v4 in the reference"),
+    Row("ppo-hopper-v4", "ppo", "Hopper-v4", 1_000_000, 2383.0, f"{CLEANRL_MUJOCO}: 2,383",
+        "the reference's own env version, to set beside CleanRL's script run here (bench/cleanrl_reference.py)"),
     Row("ppo-walker2d", "ppo", "Walker2d-v5", 1_000_000, 2288.0, f"{CLEANRL_MUJOCO}: 2,288",
         "Walker2d-v4 in the reference"),
     Row("sac-halfcheetah", "sac", "HalfCheetah-v5", 300_000, 6100.0,
