@@ -81,7 +81,11 @@ def test_rollout_workers_on_ray_actors_sample_every_policy(algorithm: str) -> No
                 assert last["sampler"]["batches"] >= 2  # one per worker
             else:  # whatever arrived: on a loaded machine an iteration may take one fragment, or none
                 assert sum(r["sampler"]["batches"] for r in results) >= 2
-                assert last["learner"]["policyLagMax"] >= 0
+                # The workers sample on their own actors while the learner updates: some fragment must have been
+                # sampled with weights older than those it was learnt with, and no lag exceeds the versions published.
+                lags = [r["learner"]["policyLagMax"] for r in results if "policyLagMax" in r["learner"]]
+                assert lags and max(lags) >= 1, lags
+                assert max(lags) < last["policyVersion"], (lags, last["policyVersion"])
             assert last["policies"]["late"]["agentSteps"] > 0 and last["policies"]["runners"]["learner"]["updates"] > 0
             assert last["episodeReturnMean"] >= RELAY_BEST - 2, [r["episodeReturnMean"] for r in results]
     finally:

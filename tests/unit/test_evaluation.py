@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kuberl.api.validation import ManifestError, load_manifest
@@ -54,7 +55,10 @@ def test_evaluations_at_every_interval_and_at_the_end_with_their_episode_counts(
         assert evaluation["episodes"] == 4 and len(evaluation["returns"]) == 4
         assert evaluation["returnMean"] == pytest.approx(sum(evaluation["returns"]) / 4)
         assert evaluation["lengthMean"] == pytest.approx(evaluation["returnMean"])  # CartPole: 1 per step
-        assert evaluation["returnStd"] >= 0
+        # the population std of the returns it lists, positive where they differ (CartPole's seeded episodes do)
+        assert evaluation["returnStd"] == pytest.approx(float(np.std(evaluation["returns"])))
+        assert (evaluation["returnStd"] > 0) == (len(set(evaluation["returns"])) > 1)
+    assert any(len(set(e["returns"])) > 1 for e in evaluated.values()), evaluated  # a spread was measured at all
     assert summary.evaluationReturnMean == evaluated[7]["returnMean"]
     registry = metrics_registry(metrics)
     assert registry.get_sample_value("kuberl_evaluation_return_mean") == evaluated[7]["returnMean"]
