@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test e2e e2e-control-plane control-plane lint types crds bench-deps bench-deps-cleanrl clean tools images
+.PHONY: help install demo test e2e e2e-control-plane control-plane lint types crds bench-deps bench-deps-cleanrl bench-deps-pong-peers clean tools images
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -127,6 +127,31 @@ bench-deps-cleanrl: ## torch (pinned), gymnasium 0.29.1 and mujoco 2.3.3 in .ven
 	$(CLEANRL_VENV)/bin/python -m pip install -q "$(TORCH)"
 	$(CLEANRL_VENV)/bin/python -m pip install -q "gymnasium[mujoco]==0.29.1" "mujoco==2.3.3" "numpy==1.26.4" \
 		"tyro==1.0.17" "tensorboard==2.21.0"
+
+SF_VENV ?= .venv-sf
+PEERS_DIR := .bench-peers
+CLEANRL_COMMIT := fe8d8a03c41a7ef5b523e2e354bd01c363e786bb
+CLEANRL_RAW := https://raw.githubusercontent.com/vwxyzjn/cleanrl/$(CLEANRL_COMMIT)
+CLEANRL_FILES := cleanrl/ppo_atari.py cleanrl/ppo_atari_envpool.py cleanrl_utils/__init__.py cleanrl_utils/atari_wrappers.py
+
+# bench/pong.py --peer: CleanRL's Atari scripts at a pinned commit, unchanged, in .venv-cleanrl with its Atari pins
+# where Python 3.11 has them (envpool: <0.7 has no 3.11 wheel); Sample Factory in .venv-sf; Pong's ROM (ale-py 0.8.1
+# ships none, and AutoROM downloads them as it builds) from the ale-py 0.12.1 wheel. RLlib PPO uses .venv-rllib.
+bench-deps-pong-peers: ## CleanRL's ppo_atari scripts (pinned) and .venv-cleanrl's Atari deps, .venv-sf, Pong's ROM
+	mkdir -p $(PEERS_DIR)/cleanrl/cleanrl $(PEERS_DIR)/cleanrl/cleanrl_utils $(PEERS_DIR)/roms $(PEERS_DIR)/wheels
+	for f in $(CLEANRL_FILES); do test -e $(PEERS_DIR)/cleanrl/$$f || curl -fsSL -o $(PEERS_DIR)/cleanrl/$$f $(CLEANRL_RAW)/$$f; done
+	test -x $(CLEANRL_VENV)/bin/python || $(PYTHON) -m venv $(CLEANRL_VENV)
+	$(CLEANRL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CLEANRL_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(CLEANRL_VENV)/bin/python -m pip install -q "gymnasium==0.29.1" "ale-py==0.8.1" "shimmy==1.3.0" "gym==0.23.1" \
+		"envpool==0.8.4" "opencv-python-headless==4.10.0.84" "numpy==1.26.4" "tyro==1.0.17" "tensorboard==2.21.0"
+	test -x $(SF_VENV)/bin/python || $(PYTHON) -m venv $(SF_VENV)
+	$(SF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SF_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(SF_VENV)/bin/python -m pip install -q "sample-factory==2.1.1" "ale-py==0.8.1" "shimmy==1.3.0"
+	test -s $(PEERS_DIR)/roms/pong.bin || ($(BIN)/python -m pip download -q --no-deps "ale-py==0.12.1" -d $(PEERS_DIR)/wheels \
+		&& unzip -o -j -q $(PEERS_DIR)/wheels/ale_py-0.12.1-*.whl ale_py/roms/pong.bin -d $(PEERS_DIR)/roms)
+	echo "60e0ea3cbe0913d39803477945e9e5ec  $(PEERS_DIR)/roms/pong.bin" | md5sum -c -
 
 clean: ## remove local runs and caches (keeps .venv)
 	rm -rf kuberl-runs .pytest_cache .ruff_cache

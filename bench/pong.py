@@ -16,6 +16,18 @@ minutes and env steps, every run); prints one JSON line per run and, last, one w
 minutes_to_18 (null if a seed did not reach it), env_steps_to_18, final_score, sticky_actions and the CPU
 (cpu_model, cpu_bf16: native bfloat16, cpu_flags), and RLlib's score at the minute the slowest kuberl seed
 reached 18.
+
+With --peer, a peer alone instead of kuberl (bench/pong_peers.py: each its own program from its own venv, made by
+`make bench-deps-pong-peers`), on each of --seeds in turn, with the same goal, cap and sticky actions 0.0:
+
+    PYTHONPATH=src .venv/bin/python bench/pong.py --peer cleanrl --seeds 1 --cap 7200 --json pong-cleanrl.json
+    PYTHONPATH=src .venv/bin/python bench/pong.py --peer cleanrl-envpool --seeds 1
+    PYTHONPATH=src .venv/bin/python bench/pong.py --peer rllib-ppo --seeds 1
+    PYTHONPATH=src .venv/bin/python bench/pong.py --peer sample-factory --seeds 1
+
+--steps caps each run's env steps (a smoke run). Each run's line has the peer, its version or commit, env steps/s
+(launch included), why it stopped, and its curve ([minutes, env steps, 100-game mean], a point every 30 s); the last
+line has the worst seed's figures, its curve and the CPU. --json writes every line's object to a file.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from atari import RLLIB_APPO  # noqa: E402
+from pong_peers import PEERS, run_peer, thin  # noqa: E402
 from rllib_runner import DEFAULT_PYTHON, run_rllib  # noqa: E402
 from score_curve import plot_score, scored_points, summary, train_to_score  # noqa: E402
 
@@ -53,9 +66,18 @@ def kuberl_seed(seed: int, cap: float, overrides: list[str]) -> dict[str, Any]:
     sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
     load = machine()
     run = train_to_score(config, GOAL, cap)
+    curve = scored_points(run.rows)
     result = {"system": "kuberl", "seed": seed, **summary(run, GOAL), "sticky_actions": sticky,
-              "cap_seconds": cap, "overrides": overrides, **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2)}
-    return {"summary": result, "curve": scored_points(run.rows), "rows": run.rows}
+              "cap_seconds": cap, "overrides": overrides, **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2),
+              "curve": thin([(*point, None) for point in curve])}
+    return {"summary": result, "curve": curve, "rows": run.rows}
+
+
+def peer_seed(peer: str, seed: int, cap: float, max_steps: int | None) -> dict[str, Any]:
+    load = machine()
+    run = run_peer(peer, seed, GOAL, cap, max_steps)
+    result = {**run["summary"], **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2)}
+    return {"summary": result, "curve": [point[:3] for point in run["points"]]}
 
 
 def rllib_seed(seed: int, cap: float, sticky: float, python: Path) -> dict[str, Any]:
@@ -83,6 +105,35 @@ def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> fl
     return before[-1] if before else None
 
 
+def worst_line(summaries: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
+    """The last line: the worst seed's figures (minutes_to_18 null unless every seed reached 18) and the CPU."""
+    reached = [s.get("minutes_to_18") for s in summaries]
+    worst = max(summaries, key=lambda s: (s.get("minutes_to_18") is None, s.get("minutes_to_18") or 0,
+                                           -(s.get("final_score") if s.get("final_score") is not None else -99)))
+    return {"system": worst["system"], "worst_seed": worst["seed"],
+            "minutes_to_18": None if None in reached else max(reached),
+            "env_steps_to_18": worst.get("env_steps_to_18"), "final_score": worst.get("final_score"),
+            "sticky_actions": worst["sticky_actions"], "seeds": seeds,
+            **{key: worst.get(key) for key in ("peer_version", "env_steps_per_second", "stopped", "error")
+               if key in worst},
+            **{key: worst.get(key) for key in ("cpu_model", "cpu_bf16", "cpu_flags")}, "curve": worst.get("curve")}
+
+
+def run_peers(args: argparse.Namespace, seeds: list[int]) -> list[dict[str, Any]]:
+    """--peer: the peer alone on each seed; its lines, the last one the worst seed's."""
+    lines, runs = [], {}
+    for seed in seeds:
+        run = peer_seed(args.peer, seed, args.cap, args.steps)
+        (args.out / f"pong-{args.peer}-seed{seed}.json").write_text(json.dumps(run, indent=0))
+        runs[f"{args.peer} seed {seed}"] = run
+        lines.append(run["summary"])
+        print(json.dumps(run["summary"]), flush=True)
+    plot_score({name: [tuple(p) for p in run["curve"]] for name, run in runs.items()}, GOAL,
+               f"Pong from pixels (sticky actions 0.0), {args.peer}, {os.cpu_count()} cores, no GPU",
+               args.out / f"pong-{args.peer}.png")
+    return [*lines, worst_line(lines, seeds)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="1,2")
@@ -94,9 +145,18 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="runs already in --out are read, not run again")
     parser.add_argument("--rllib-python", type=Path, default=DEFAULT_PYTHON)
     parser.add_argument("--set", action="append", default=[], help="a manifest override, as kuberl train --set")
+    parser.add_argument("--peer", choices=PEERS, help="a peer alone instead of kuberl (bench/pong_peers.py)")
+    parser.add_argument("--steps", type=int, help="--peer: stop each run at this many env steps (a smoke run)")
+    parser.add_argument("--json", type=Path, help="--peer: every line's object, in a file")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.peer:
+        lines = run_peers(args, seeds)
+        print(json.dumps(lines[-1]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(lines, indent=1))
+        return 0 if all("error" not in line for line in lines) else 1
     runs: dict[str, dict[str, Any]] = {}
     for seed in seeds:
         path = args.out / f"pong-kuberl-seed{seed}.json"

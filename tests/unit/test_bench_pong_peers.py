@@ -1,0 +1,79 @@
+"""bench/pong_peers.py: each peer's output read into (env steps, 100-game mean, games), and a peer stopped at the
+goal (never before 100 games), at its env-step cap, or refused with what is missing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from bench import pong_peers
+from bench.pong_peers import GameWindow, PeerCommand, SampleFactoryReport, rllib_line, run_peer, thin
+
+
+def test_cleanrl_lines_give_the_mean_of_the_last_100_games():
+    window = GameWindow()
+    points = [window(f"global_step={100 * i}, episodic_return=[{-21.0 if i < 50 else 21.0}]") for i in range(150)]
+    assert window("SPS: 300") is None
+    assert points[0] == (0, -21.0, 1)
+    assert points[99] == (9900, 0.0, 100)  # 50 games of -21, 50 of 21
+    assert points[-1] == (14900, 21.0, 150)  # the first 50 have left the window
+
+
+def test_sample_factory_frames_are_four_per_env_step():
+    report = SampleFactoryReport()
+    assert report("\x1b[36m[...] Fps is (10 sec: 409.6). Total num frames: 40960. Throughput: 0: 69.6.\x1b[0m") is None
+    assert report("\x1b[37m[...] Avg episode reward: [(0, '-20.250')]\x1b[0m") == (10240, -20.25, None)
+
+
+def test_rllib_lines_without_a_mean_are_skipped():
+    assert rllib_line('{"timesteps": 1024, "score100": null, "games": 0}') is None
+    assert rllib_line('{"timesteps": 2048, "score100": -20.5, "games": 3}') == (2048, -20.5, 3)
+    assert rllib_line("2026-01-01 INFO worker.py: started") is None
+
+
+def test_thin_keeps_one_point_a_period_and_the_last():
+    points = [(float(s), s * 10, float(s), None) for s in range(0, 100, 10)]
+    assert thin(points, every=30.0) == [[0.0, 0, 0.0], [0.5, 300, 30.0], [1.0, 600, 60.0], [1.5, 900, 90.0]]
+
+
+def _fake_peer(monkeypatch, body: str, missing: list[str] | None = None) -> None:
+    """A peer that runs `body` with this python: it prints CleanRL's lines, then would sleep past any test."""
+    def command(peer, seed, sticky, workdir):
+        return PeerCommand([sys.executable, "-c", body], {}, GameWindow(), "fake 1.0", 0.0, missing or [])
+    monkeypatch.setattr(pong_peers, "peer_command", command)
+
+
+GAMES = ("import sys, time\n"
+         "for i in range(300):\n"
+         "    print(f'global_step={1000 * (i + 1)}, episodic_return=[{18.0 if i < 60 else 19.0}]', flush=True)\n"
+         "time.sleep(600)\n")
+
+
+def test_a_peer_stops_at_the_goal_only_after_100_games(monkeypatch):
+    _fake_peer(monkeypatch, GAMES)
+    run = run_peer("cleanrl", 1, goal=18.0, cap=120.0, max_steps=None)["summary"]
+    assert run["stopped"] == "goal" and run["games"] == 100 and run["env_steps_to_18"] == 100_000
+    assert run["minutes_to_18"] is not None and run["peer_version"] == "fake 1.0"
+
+
+def test_a_peer_stops_at_its_env_step_cap(monkeypatch):
+    _fake_peer(monkeypatch, GAMES)
+    run = run_peer("cleanrl", 1, goal=21.0, cap=120.0, max_steps=50_000)["summary"]
+    assert run["stopped"] == "steps" and run["final_timesteps"] == 50_000 and run["minutes_to_21"] is None
+
+
+def test_a_peer_stops_at_the_cap(monkeypatch):
+    _fake_peer(monkeypatch, GAMES)
+    run = run_peer("cleanrl", 1, goal=21.0, cap=1.0, max_steps=None)["summary"]
+    assert run["stopped"] == "cap" and run["final_timesteps"] == 300_000
+
+
+def test_a_peer_that_is_not_installed_is_refused_with_why(monkeypatch):
+    _fake_peer(monkeypatch, GAMES, missing=["/nowhere/python missing"])
+    run = run_peer("sample-factory", 1, goal=18.0, cap=120.0, max_steps=None)["summary"]
+    assert "/nowhere/python missing" in run["error"] and "make bench-deps-pong-peers" in run["error"]
+
+
+def test_an_unknown_peer_is_named():
+    with pytest.raises(ValueError, match="--peer: 'dopamine'"):
+        pong_peers.peer_command("dopamine", 1, 0.0, pong_peers.ROOT)
