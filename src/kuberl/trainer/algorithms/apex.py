@@ -20,10 +20,10 @@ from kuberl.api.hyperparams import ApexDQNParams
 from kuberl.trainer.algorithms.config import AlgorithmConfig
 from kuberl.trainer.algorithms.sharded import ShardedReplay, shard_stats
 from kuberl.trainer.learners.q import QLearner
-from kuberl.trainer.learning.device import obs_tensor
+from kuberl.trainer.learning.device import Bf16Setting, obs_tensor
 from kuberl.trainer.learning.schedules import linear_schedule
 from kuberl.trainer.models.greedy import GreedyQ
-from kuberl.trainer.models.q_network import build_q_network
+from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.replay.nstep import batch_priorities
 from kuberl.trainer.sampling.policies import QPolicyFactory
 
@@ -47,7 +47,7 @@ def worker_epsilon(own: float, timesteps: int, start: float, warmup_timesteps: i
 
 
 def build_apex_learner(observation_space: gym.Space, action_space: gym.Space, params: ApexDQNParams,
-                       device: torch.device, bf16: bool = False) -> QLearner:
+                       device: torch.device, bf16: Bf16Setting = False) -> QLearner:
     return QLearner(build_q_network(observation_space, action_space, params), params, device, bf16)
 
 
@@ -58,7 +58,7 @@ class ApexDQNConfig(AlgorithmConfig):
         return ApexDQN
 
 
-class ApexDQN(ShardedReplay):
+class ApexDQN(ShardedReplay[QNetwork]):
     params: ApexDQNParams
     learner_builder = staticmethod(build_apex_learner)
     initial_priorities = staticmethod(batch_priorities)
@@ -75,7 +75,7 @@ class ApexDQN(ShardedReplay):
         p = self.params
         return {"epsilon": worker_epsilon(self.epsilons[position], timesteps, p.epsilon_start, p.epsilon_timesteps)}
 
-    def local_model(self) -> torch.nn.Module:
+    def local_model(self) -> QNetwork:
         return build_q_network(self.observation_space, self.action_space, self.params)
 
     def compute_actions(self, obs: np.ndarray, explore: bool = False) -> np.ndarray:

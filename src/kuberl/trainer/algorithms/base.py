@@ -36,6 +36,7 @@ from kuberl.trainer.sampling.worker_set import WorkerSet
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
     from kuberl.api.types import RLExperiment
+    from kuberl.trainer.evaluation.actor import EvaluationActor
     from kuberl.trainer.run.callbacks import Callbacks
 
 RETURN_WINDOW = 100
@@ -96,10 +97,11 @@ class Algorithm:
         self.observation_space = spaces.observation_space
         self.action_space = spaces.action_space
         self.frame_stack = spaces.frame_stack
-        self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape))
+        self.obs_filter = make_filter(self.params.observation_filter, tuple(self.observation_space.shape or ()))
         self.sampler: Sampler | None = None  # set by setup(): the rollout workers, however they run
         # Only where the manifest asked for it: APPO anneals by default wherever there is a step budget.
-        if "anneal_lr" in self.params.model_fields_set and self.params.anneal_lr and self.anneal_horizon(self.params) is None:
+        if ("anneal_lr" in self.params.model_fields_set and getattr(self.params, "anneal_lr", False)
+                and self.anneal_horizon(self.params) is None):
             warnings.warn("spec.config.annealLr needs spec.stop.timesteps (or config.annealTimesteps); the learning "
                           "rate stays constant", RuntimeWarning, stacklevel=2)
         self.setup()
@@ -322,7 +324,7 @@ class Algorithm:
         their epsilon; a policy left unconfigured would keep its starting one)."""
         return {}
 
-    def evaluation_worker_class(self) -> type | None:
+    def evaluation_worker_class(self) -> type[EvaluationActor] | None:
         """The evaluation actor's class where it is not `kuberl.trainer.evaluation.actor.EvaluationWorker`."""
         return None
 

@@ -46,6 +46,7 @@ class DQNConfig(AlgorithmConfig):
 # -- the algorithm --------------------------------------------------------------------------------
 class DQN(Algorithm):
     params: DQNParams
+    sampler: WorkerSet | None
 
     def setup(self) -> None:
         params = self.params

@@ -64,6 +64,7 @@ def actor_actions(actor: SquashedGaussianActor, obs: np.ndarray, explore: bool, 
 # -- the algorithm --------------------------------------------------------------------------------
 class SAC(Algorithm):
     params: SACParams
+    sampler: WorkerSet | None
 
     def setup(self) -> None:
         params = self.params
@@ -108,7 +109,7 @@ class SAC(Algorithm):
             self.local_replay.restore_schedule(json.loads(files[SCHEDULE_FILE]))
 
 
-class ShardedSAC(ShardedReplay):
+class ShardedSAC(ShardedReplay[SquashedGaussianActor]):
     """SAC on replay shards: the workers' squashed Gaussian actors (uniform until `learning_starts` env steps)
     add to the shards, which give new transitions their largest priority (the workers have no critics to
     score them with); the learner actor runs `SACLearner.update` and sends `sac_priorities` back."""

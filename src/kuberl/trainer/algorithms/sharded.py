@@ -24,7 +24,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -52,6 +53,7 @@ from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, frames_per_transition, replay_bytes
 from kuberl.trainer.replay.shard import start_replay_shard
+from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 
 log = logging.getLogger(__name__)
@@ -66,10 +68,15 @@ def shard_stats(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: stats for name, stats in result["replay"].items() if name.startswith("shard_")}
 
 
-class ShardedReplay(Algorithm):
-    """The driver of the replay-shard topology; a subclass names the algorithm's parts (below)."""
+Model = TypeVar("Model", bound=torch.nn.Module)
+
+
+class ShardedReplay(Algorithm, Generic[Model]):
+    """The driver of the replay-shard topology; a subclass names the algorithm's parts (below), `Model` its
+    local model's class."""
 
     params: ShardParams
+    sampler: ShardWorkerPool  # set by setup(), which construction runs
     fragments_per_call = 1
     learner_builder: LearnerBuilder  # a module-level function (it travels to the learner actor)
     initial_priorities: Priorities | None = None  # None: new transitions get the shard's largest priority
@@ -84,7 +91,7 @@ class ShardedReplay(Algorithm):
         `timesteps` env steps into the run (Ape-X: its epsilon, after the warm-up; SAC: uniform until learning starts)."""
         return {}
 
-    def local_model(self) -> torch.nn.Module:
+    def local_model(self) -> Model:
         """The driver's copy of the model the learner publishes (what `compute_actions` and exports use)."""
         raise NotImplementedError
 
@@ -207,9 +214,7 @@ class ShardedReplay(Algorithm):
                 throttled += 0.01
                 time.sleep(0.01)
             else:
-                timesteps = self.timesteps + env_steps
-                self.sampler.dispatch(lambda position, obs_filter, timesteps=timesteps: (
-                    self.fragments_per_call, self.shards, obs_filter, self.sampling_settings(position, timesteps)))
+                self.sampler.dispatch(partial(self._run_arguments, timesteps=self.timesteps + env_steps))
             remaining = deadline - time.perf_counter()
             if remaining <= 0 and env_steps > 0:
                 break
@@ -260,6 +265,10 @@ class ShardedReplay(Algorithm):
                      "throttledSeconds": throttled},
         )
 
+    def _run_arguments(self, position: int, obs_filter: RunningStats | None, *, timesteps: int) -> tuple[Any, ...]:
+        """A worker's run() arguments: fragments per call, the shards, the filter and its sampling settings."""
+        return self.fragments_per_call, self.shards, obs_filter, self.sampling_settings(position, timesteps)
+
     def _workers_ahead(self, env_steps: int) -> bool:
         """Whether sampling is further ahead of the learner than `replay_ratio` allows.
 
@@ -284,7 +293,7 @@ class ShardedReplay(Algorithm):
     def evaluation_policy(self) -> tuple[PolicyFactory, dict[str, np.ndarray]]:
         return self.sampler.policy_factory, state_dict_to_numpy(self.refreshed_local_model())
 
-    def refreshed_local_model(self) -> torch.nn.Module:
+    def refreshed_local_model(self) -> Model:
         """The local model with the learner's latest published weights."""
         import ray
 

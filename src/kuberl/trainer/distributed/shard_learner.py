@@ -25,7 +25,7 @@ from kuberl.api.hyperparams import ApexDQNParams, SACParams
 from kuberl.api.types import LearnerSpec
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.iteration_result import Scalar
-from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
+from kuberl.trainer.learning.device import Bf16Setting, configure_cpu_threads, learner_device
 from kuberl.trainer.learning.schedules import priority_beta
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class OffPolicyLearner(Protocol):
 
 ShardParams = ApexDQNParams | SACParams
 # (observation_space, action_space, params, device, bf16) -> the learner; a module-level function, so it pickles.
-LearnerBuilder = Callable[[gym.Space, gym.Space, Any, torch.device, bool], OffPolicyLearner]
+LearnerBuilder = Callable[[gym.Space, gym.Space, Any, torch.device, Bf16Setting], OffPolicyLearner]
 
 
 def split_minibatches(sample: dict[str, np.ndarray], size: int,

@@ -3,7 +3,7 @@ observation-filter state, playing whole episodes in its own env (a Ray actor).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -11,6 +11,16 @@ from kuberl.trainer.evaluation.episodes import EnvFactory, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
+
+
+class EvaluationActor(Protocol):
+    """What the evaluator starts as each Ray actor: an `EvaluationWorker`, or a multi-agent run's own
+    (`Algorithm.evaluation_worker_class`)."""
+
+    def __init__(self, make: Any, policies: Any, observation_filter: str, seed: int) -> None: ...
+
+    def evaluate(self, weights: Any, filter_state: Any, seeds: list[int], *, explore: bool,
+                 record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
 
 class EvaluationWorker:

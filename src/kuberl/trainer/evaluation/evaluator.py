@@ -110,11 +110,11 @@ class Evaluator:
             import ray
 
             from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS, init_ray
-            from kuberl.trainer.evaluation.actor import EvaluationWorker
+            from kuberl.trainer.evaluation.actor import EvaluationActor, EvaluationWorker
 
             init_ray()
             # No CPU reservation: evaluation must never wait for rollout workers to give up theirs.
-            worker = self.algo.evaluation_worker_class() or EvaluationWorker  # a multi-agent run has its own
+            worker: type[EvaluationActor] = self.algo.evaluation_worker_class() or EvaluationWorker  # a multi-agent run has its own
             actor_class = ray.remote(worker).options(num_cpus=0, max_restarts=0, **ACTOR_OPTIONS)
             make = self.algo.evaluation_env(self.spec.env_config)
             filter_kind = self.algo.params.observation_filter

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
@@ -15,10 +15,27 @@ from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker,
 log = logging.getLogger(__name__)
 
 
+class Worker(Protocol):
+    """What a WorkerSet runs in-process or as each actor: a `RolloutWorker`, or a multi-agent run's own (which
+    builds its policies from a `MultiAgentPolicies` and samples a `MultiAgentSampleBatch`)."""
+
+    def __init__(self, config: WorkerConfig, policies: Any, worker_index: int = 0) -> None: ...
+
+    def sample(self) -> Any: ...
+
+    def set_weights(self, weights: Any, policy_version: int) -> None: ...
+
+    def set_filter(self, state: RunningStats | None) -> None: ...
+
+    def configure_policy(self, **settings: Any) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class WorkerSet:
     """N rollout workers: in-process when N is 0, else Ray actors sampled in parallel (a `Sampler`)."""
 
-    worker_class: type = RolloutWorker  # what runs in-process or in each actor (multi-agent: its own worker)
+    worker_class: type[Worker] = RolloutWorker  # what runs in-process or in each actor (multi-agent: its own worker)
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
                  *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
@@ -28,7 +45,7 @@ class WorkerSet:
         self.num_cpus_per_worker = num_cpus_per_worker
         self.max_sample_attempts = max_sample_attempts
         self.restarts = 0
-        self.local_worker: RolloutWorker | None = None
+        self.local_worker: Worker | None = None
         self.actors: list[Any] = []
         self._weights: tuple[Any, int] | None = None  # (object ref or weights, version) for replacements
         self._filter_state: RunningStats | None = None
