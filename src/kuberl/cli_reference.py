@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from kuberl.cli import build_parser
@@ -18,9 +19,10 @@ _WIDTH = 100  # a fixed width: the usage lines must not depend on the terminal t
 
 
 def _fixed_width(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    base = parser.formatter_class if parser.formatter_class is not argparse.RawDescriptionHelpFormatter \
-        else argparse.RawDescriptionHelpFormatter
-    parser.formatter_class = functools.partial(base, width=_WIDTH)
+    # A HelpFormatter class, or one already given its width: both take `width`, where argparse's type only
+    # promises a callable of `prog`.
+    make: Callable[..., argparse.HelpFormatter] = parser.formatter_class
+    parser.formatter_class = functools.partial(make, width=_WIDTH)
     return parser
 
 

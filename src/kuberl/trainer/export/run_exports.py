@@ -12,6 +12,7 @@ import functools
 import logging
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def export_key(iteration: int, fmt: str, policy: str | None = None) -> str:
 
 
 class RunExports:
-    def __init__(self, store: ObjectStore, formats: list[str], keep: int, background: BackgroundWriter) -> None:
+    def __init__(self, store: ObjectStore, formats: Sequence[str], keep: int, background: BackgroundWriter) -> None:
         self.store = store
         self.formats = list(formats)
         self.keep = keep

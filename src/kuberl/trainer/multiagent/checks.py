@@ -44,10 +44,12 @@ def clash_errors(experiment: RLExperiment, spaces: AgentSpaces) -> list[FieldErr
     """A policy whose agents' observation or action spaces differ: which agents, which field."""
     errors: list[FieldError] = []
     for index, name, agents in _agents_of(experiment, spaces):
+        if not agents:
+            continue
+        first = agents[0]
         for field, by_agent in (("observation", spaces.observation_spaces), ("action", spaces.action_spaces)):
-            first = agents[0] if agents else None
             clashing = [a for a in agents[1:] if by_agent[a] != by_agent[first]]
-            if first is not None and clashing:
+            if clashing:
                 shared = " (the default shared policy)" if _policy_path(experiment, index) == "spec.multiAgent" else ""
                 errors.append(FieldError(_policy_path(experiment, index), (
                     f"policy {name!r}{shared} serves agents whose {field} spaces differ: {first!r} has "
@@ -79,7 +81,7 @@ def _space_errors(experiment: RLExperiment, spaces: AgentSpaces) -> list[FieldEr
                 conv_output_shape(observation, entry.hyperparams.model_validate(spec.config).model.conv)
             except (ImageLayoutError, ValueError) as exc:
                 errors.append(FieldError("spec.config.model.conv", str(exc)))
-        elif id_feature and len(observation.shape) != 1:
+        elif id_feature and len(observation.shape or ()) != 1:
             errors.append(FieldError("spec.multiAgent.agentIdFeature",
                                      f"needs flat vector observations; policy {name!r}'s are {_space(observation)}"))
     return errors

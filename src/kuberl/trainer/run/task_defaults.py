@@ -40,6 +40,7 @@ from kuberl.api.defaults import (
     user_set_paths,
     with_values,
 )
+from kuberl.api.hyperparams import ApexDQNParams, PPOParams
 from kuberl.api.types import LearnerSpec, RLExperiment
 from kuberl.trainer.machine import usable_cores
 
@@ -207,10 +208,11 @@ def _measure_learner(experiment: RLExperiment, seconds: float = 1.0) -> float:
 
     spaces = env_spaces(EnvSettings.from_spec(experiment.spec.env))
     params = hyperparams_for(experiment)
+    assert isinstance(params, ApexDQNParams)  # measured for apex-dqn only
     network = build_q_network(spaces.observation_space, spaces.action_space, params)  # a GPU's is not measured
     optimizer = torch.optim.Adam(network.parameters(), lr=1e-9)
     batch = min(params.train_batch_size, MEASURE_BATCH)
-    shape = spaces.observation_space.shape
+    shape = spaces.observation_space.shape or ()
     sample = spaces.observation_space.sample()
     obs = torch.as_tensor(np.repeat(np.asarray(sample)[None], batch, axis=0)).reshape(batch, *shape).float()
 
@@ -262,16 +264,20 @@ def machine_values(experiment: RLExperiment, kind: TaskKind, taken: set[str], *,
         if spec.algorithm == "ppo":  # the batch grows with the envs; the minibatch keeps its size
             from kuberl.api.validation import hyperparams_for
 
+            params = hyperparams_for(experiment)
+            assert isinstance(params, PPOParams)
             batch = envs * spec.rollouts.fragment_length
             record["trainBatch"] = batch
-            record["minibatches"] = max(1, round(batch / hyperparams_for(experiment).minibatch_size))
+            record["minibatches"] = max(1, round(batch / params.minibatch_size))
     if spec.algorithm == "apex-dqn" and kind in APEX_SAMPLES_PER_STEP and "config.replayRatio" not in taken:
         if spec.learner.gpus:  # the paper's learner was a GPU's: it keeps up; and the driver leaves CUDA alone
             record["replayRatio"] = "the published one, for a learner on a GPU"
         elif measure:
             from kuberl.api.validation import hyperparams_for
 
-            batch = hyperparams_for(experiment).train_batch_size
+            apex = hyperparams_for(experiment)
+            assert isinstance(apex, ApexDQNParams)
+            batch = apex.train_batch_size
             learner = _measure_learner(experiment)
             # one env a worker at a time, a worker a CPU: this machine's cores bound them unless worker pods run them
             parallel = spec.rollouts.workers if spec.workers.replicas else min(spec.rollouts.workers, cores)

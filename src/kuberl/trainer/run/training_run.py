@@ -131,7 +131,8 @@ class TrainingRun:
             after: list[EvaluationLine] = []
             if reason is not None:  # such as an evaluation of the last policy; a signal's grace period is too short
                 result, after = self.observers.on_last_result(result)
-            for line in [result, *after]:
+            lines: list[IterationResult | EvaluationLine] = [result, *after]
+            for line in lines:
                 self.observers.on_line(line)
             self.observers.on_iteration_end(result, stopping=reason is not None)
         return self._end(result, reason, store.uri)
@@ -213,11 +214,10 @@ class TrainingRun:
             self.status.update(iteration=latest.iteration, timesteps=latest.timesteps, lastCheckpoint=latest.uri)
             print(f"resuming from {latest.uri} (iteration {latest.iteration}, {latest.timesteps:,} steps)",
                   file=self.out, flush=True)
-        elif spec.checkpoint.restore_from is not None:
+        elif (restore_uri := spec.checkpoint.restore_from) is not None:
             from kuberl.trainer.run.restore_from import restore_from
 
-            source = retry_transient(lambda: restore_from(self.algo, spec.checkpoint.restore_from,
-                                                          endpoint=spec.storage.endpoint),
+            source = retry_transient(lambda: restore_from(self.algo, restore_uri, endpoint=spec.storage.endpoint),
                                      "restoring spec.checkpoint.restoreFrom", log=self.log)
             self.status.update(iteration=source.iteration, timesteps=source.timesteps)
             print(f"starting from {source.uri} (iteration {source.iteration}, {source.timesteps:,} steps) with "
