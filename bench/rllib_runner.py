@@ -4,7 +4,8 @@ outlive its deadline.
 `run_rllib(python, RLlibRun(...))` trains one RLlib algorithm and returns its figures; every bench that
 compares with RLlib goes through it, so the result fields and the stop rules are the same everywhere.
 The script prints JSON lines on stdout; they come back parsed. It runs in its own session, so the
-watchdog stops RLlib's Ray processes with it, and nothing else on the machine.
+watchdog stops RLlib's Ray processes with it, and nothing else on the machine. Its figures come back with the
+CPU they ran on (cpu_model, cpu_bf16: native bfloat16, cpu_flags), read on this side: .venv-rllib has no kuberl.
 
 Setups (`RLlibRun.setup`):
 - "plain": `config.environment(env)` with the algorithm's defaults.
@@ -27,6 +28,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kuberl.trainer.cpu import cpu_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = ROOT / ".venv-rllib" / "bin" / "python"
@@ -204,8 +207,9 @@ ray.shutdown()
 
 def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = None, *,
               keep_rows: bool = False) -> dict[str, Any]:
-    """The run's final figures plus `curve` [(seconds, return mean)], or {"error": ...} with the last progress;
-    with `keep_rows`, also `rows`: every iteration's line (env steps, the policy's entropy and losses).
+    """The run's final figures plus `curve` [(seconds, return mean)] and the CPU (cpu_model, cpu_bf16,
+    cpu_flags), or {"error": ...} with the last progress; with `keep_rows`, also `rows`: every iteration's line
+    (env steps, the policy's entropy and losses).
 
     The default deadline gives Ray's start and RLlib's build (slow on a busy machine) as long again as
     the training's own limit, plus 3 minutes.
@@ -219,9 +223,9 @@ def run_rllib(python: Path, spec: RLlibRun, deadline_seconds: float | None = Non
     final = [line for line in run.lines if line.get("done")]
     rows = {"rows": progress} if keep_rows else {}
     if final:
-        return {**final[-1], "curve": curve, **rows}
+        return {**final[-1], "curve": curve, **rows, **cpu_summary()}
     return {"error": run.error(f"RLlib {spec.algorithm}"), "curve": curve, **rows,
-            **({"lastProgress": progress[-1]} if progress else {})}
+            **({"lastProgress": progress[-1]} if progress else {}), **cpu_summary()}
 
 
 def ratio(a: float | None, b: float | None) -> str:

@@ -70,3 +70,10 @@ def cpu_summary(cpuinfo: str | None = None) -> CpuSummary:
     return {"cpu_model": cpu_model(text) or platform.processor() or None,
             "cpu_bf16": bool(native_bf16_flags(flags)),
             "cpu_flags": [flag for flag in SPEED_FLAGS if flag in flags]}
+
+
+def cpu_caption(cpu: CpuSummary | None = None) -> str:
+    """A printed table's or a plot's line naming the CPU (this machine's when None): its model and whether it
+    computes bfloat16 natively."""
+    cpu = cpu_summary() if cpu is None else cpu
+    return f"CPU {cpu['cpu_model']}, native bfloat16: {'yes' if cpu['cpu_bf16'] else 'no'}"
