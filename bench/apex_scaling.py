@@ -13,7 +13,8 @@
 3. RLlib 2.60 APPO and DQN (defaults) to the same target, as subprocesses of .venv-rllib's python
    on a local Ray bound to 127.0.0.2, each capped at --rllib-cap, --rllib-repeats runs each;
    skipped with a message when .venv-rllib is missing.
-Prints a table, and writes a PNG with the throughput bars and the learning curves.
+Prints a table under a line naming the CPU, and writes a PNG with the throughput bars and the learning curves;
+--json's figures carry the CPU (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from rllib_runner import DEFAULT_PYTHON, RLlibRun, run_rllib  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 
 def apex_config(workers: int, shards: int, seed: int, **training: Any):
@@ -212,6 +215,7 @@ def main() -> int:
             print(describe(f"RLlib {name} (defaults), seed {args.seed + i}", run, args.target), flush=True)
 
     print()
+    print(cpu_caption())
     print_table(throughput)
     print()
     apex = median_run(apex_runs)
@@ -233,7 +237,8 @@ def main() -> int:
     plot(args.plot, throughput, curves, args.target)
     print(f"plot: {args.plot}")
     if args.json:
-        args.json.write_text(json.dumps({"throughput": throughput, "apex": apex_runs, "rllib": rllib}, indent=1))
+        args.json.write_text(json.dumps({"throughput": throughput, "apex": apex_runs, "rllib": rllib,
+                                           **cpu_summary()}, indent=1))
     return 0
 
 

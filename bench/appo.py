@@ -9,7 +9,8 @@ Both clocks start at the first train() call (Ray's start and the build are repor
 means are over the last 100 episodes. kuberl runs with its APPO defaults, RLlib with its own (new API
 stack), each on a local Ray bound to 127.0.0.2. The scaling rows run each setting for --scaling-seconds
 after one warm-up iteration: env steps/s sampled, learner updates/s, and the policy lag of the batches
-learned from (learner version - behaviour version, in learner updates).
+learned from (learner version - behaviour version, in learner updates). Every figure names the CPU (printed first;
+in --json cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from rllib_runner import DEFAULT_PYTHON, RLlibRun, ratio, run_rllib  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 
 def _build(workers: int, seed: int) -> Any:
@@ -89,7 +92,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"target": args.target, "workers": args.workers}
+    print(cpu_caption(), flush=True)
+    report: dict[str, Any] = {"target": args.target, "workers": args.workers, **cpu_summary()}
     runs = []
     for seed in (int(s) for s in args.seeds.split(",") if s):
         run = kuberl_to_target(args.target, seed, args.workers, args.cap)

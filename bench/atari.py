@@ -21,7 +21,8 @@ v5's own, which overrides what the examples set), and every row says which.
 - RLlib APPO and PPO: RLlib's own Atari setup and settings from its examples (pong_appo.py, atari_ppo.py;
   see rllib_runner.py), 2 env runners, CPU learner.
 
-Env steps/s counts whole training iterations (sampling and learning) on both sides.
+Env steps/s counts whole training iterations (sampling and learning) on both sides. The first line printed names
+the CPU, and --json carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from rllib_runner import DEFAULT_PYTHON, RLlibRun, ratio, run_rllib  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "ALE/Pong-v5"
@@ -149,7 +152,7 @@ def run_gpu(args: argparse.Namespace) -> int:
         print(gpu_note(), flush=True)
         print("torch.cuda.is_available() is False on this machine: nothing was run.", flush=True)
         return 2
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {**cpu_summary()}
     for name, path in (("kuberl apex-dqn", "pong-apex.yaml"), ("kuberl ppo", "pong-ppo.yaml")):
         config = AlgorithmConfig.from_manifest(ROOT / "examples" / path, [f"rollouts.workers={args.gpu_workers}",
                                                                           f"{STICKY}={args.sticky}"])
@@ -199,7 +202,8 @@ def main() -> int:
     os.environ.setdefault("KUBERL_TORCH_THREADS", "1")
     only = set(args.only.split(","))
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}, "
-          f"{os.cpu_count()} cores; {args.seconds:g} s windows; sticky actions {args.sticky:g}; {gpu_note()}",
+          f"{os.cpu_count()} cores, {cpu_caption()}; {args.seconds:g} s windows; sticky actions {args.sticky:g}; "
+          f"{gpu_note()}",
           flush=True)
     seed, sticky = args.seed, args.sticky
     runs = {
@@ -213,7 +217,7 @@ def main() -> int:
         "RLlib PPO": ("rllib-ppo", lambda: rllib_window(args.rllib_python, RLLIB_PPO, args.seconds, sticky)),
     }
     report: dict[str, Any] = {"seconds": args.seconds, "stickyActions": sticky,
-                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **cpu_summary()}
     for name, (key, run) in runs.items():
         if key in only:
             for attempt in (1, 2):

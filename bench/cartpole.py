@@ -8,7 +8,8 @@ kuberl runs in this process with its PPO defaults (workers=0, the fast path).
 RLlib runs as a subprocess of .venv-rllib's python with its new API stack
 defaults for PPO, on a local Ray bound to 127.0.0.2, capped at --rllib-timeout
 seconds. Both clocks start at the first train() call (startup is reported
-apart); both return means are over the last 100 episodes.
+apart); both return means are over the last 100 episodes. The first line printed names the CPU, and --json
+carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from rllib_runner import DEFAULT_PYTHON, RLlibRun, ratio, run_rllib  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 # Returns that count as solved, for --defaults-check: PPO's default hyperparameters on each env.
 SOLVED = {"CartPole-v1": 450.0, "Acrobot-v1": -100.0, "Pendulum-v1": -250.0}
@@ -102,6 +105,7 @@ def main() -> int:
     parser.add_argument("--defaults-check", action="store_true",
                         help="instead: kuberl PPO defaults on CartPole-v1, Acrobot-v1 and Pendulum-v1 to a solved return")
     args = parser.parse_args()
+    print(cpu_caption(), flush=True)
     if args.defaults_check:
         return defaults_check(args.seeds, args.kuberl_timeout * 5)
 
@@ -118,7 +122,8 @@ def main() -> int:
     print(f"kuberl median: {median_time:.1f} s, {median_steps:.0f} env steps to {args.target:g}; "
           f"sampling alone {sampling:.0f} env steps/s", flush=True)
     report: dict[str, Any] = {"kuberl": {"runs": runs, "medianTimeSeconds": median_time,
-                                         "medianTimesteps": median_steps, "samplingStepsPerSecond": sampling}}
+                                         "medianTimesteps": median_steps, "samplingStepsPerSecond": sampling},
+                              **cpu_summary()}
     if not args.kuberl_only:
         rllib = rllib_to_target(args.rllib_python, args.target, args.rllib_seed, args.rllib_timeout)
         report["rllib"] = rllib

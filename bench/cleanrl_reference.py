@@ -36,6 +36,8 @@ from typing import Any
 
 from bench.defaults import ROWS, return_curve, row_result, table
 
+from kuberl.trainer.cpu import cpu_caption
+
 ROOT = Path(__file__).resolve().parents[1]
 EPISODE_LINE = re.compile(r"global_step=(\d+), episodic_return=\[?([-0-9.e+]+)\]?")
 WINDOW = 100
@@ -92,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     here = replace(row, name=f"cleanrl-{row.name}", env=args.env, env_note="",
                    source=f"CleanRL's script run here; the reference is {row.source}")
     result = row_result(here, args.timesteps, runs)
+    print(cpu_caption(result))
     print(table([result]))
     if args.json:
         args.json.write_text(json.dumps([result], indent=2))

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kuberl.trainer.cpu import cpu_summary
 from kuberl.trainer.models.q_network import QNetwork
 
 LOSSES = {"mse": F.mse_loss, "huber": F.huber_loss}
@@ -71,7 +72,8 @@ def main() -> None:
     replay = random_replay(10_000)
     for loss, sync in (("mse", 50), ("huber", 50), ("huber", 200), ("mse", 200)):
         means = fitted_q(replay, loss, sync, args.updates)
-        print(json.dumps({"loss": loss, "syncEveryUpdates": sync, "meanQEvery500Updates": means}), flush=True)
+        print(json.dumps({"loss": loss, "syncEveryUpdates": sync, "meanQEvery500Updates": means, **cpu_summary()}),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ the GPU. No Ray: one process, so nothing here needs more than the GPU machine's 
   seconds pass, and writes pong.json (every iteration: wall seconds since the build started, env steps,
   the 100-game mean, the learner's stats, the GPU's utilisation) and pong.png (the score against wall time
   and against env steps). Its last line is one JSON object: minutes_to_18 (null if not reached),
-  env_steps_to_18, final_score, sticky_actions, and the machine.
+  env_steps_to_18, final_score, sticky_actions, and the machine (the GPU; the CPU: cpu_model, cpu_bf16: native
+  bfloat16, cpu_flags).
 - `scaling` runs --window seconds (after one warm-up iteration) for each thread count N, with 4 envs per
   thread and a batch of 8 minibatches, and prints env steps/s, learner updates/s, the GPU's mean
   utilisation, and where each iteration's time went (stepping the envs, the policy and copies, learning),
-  the largest of which is what limits that point. It writes scaling.json and scaling.png.
+  the largest of which is what limits that point, under a line naming the CPU. It writes scaling.json (with the
+  machine) and scaling.png.
 
 On a machine without CUDA both print that nothing was measured and exit 2, unless --allow-cpu (a dry run
 of the code paths, with figures that mean nothing).
@@ -82,8 +84,11 @@ class GpuMonitor:
 def machine() -> dict[str, Any]:
     import torch
 
+    from kuberl.trainer.cpu import cpu_summary
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"gpu": gpu, "cpuCores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+    return {"gpu": gpu, "cpuCores": os.cpu_count(), **cpu_summary(), "torch": torch.__version__,
+            "python": platform.python_version()}
 
 
 def config_for(overrides: list[str]) -> Any:
@@ -181,7 +186,10 @@ def run_scaling(args: argparse.Namespace) -> int:
     report = {"machine": machine(), "envsPerThread": ENVS_PER_THREAD, "windowSeconds": args.window, "points": points}
     (args.out / "scaling.json").write_text(json.dumps(report, indent=1))
     plot_scaling(points, report["machine"], args.out / "scaling.png")
-    print("\n| env threads | envs | groups | fragment | env steps/s | sampling alone | learner updates/s | GPU util % "
+    from kuberl.trainer.cpu import cpu_caption
+
+    print(f"\n{report['machine']['gpu']}, {cpu_caption(report['machine'])}\n")
+    print("| env threads | envs | groups | fragment | env steps/s | sampling alone | learner updates/s | GPU util % "
           "| limited by |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in points:

@@ -11,6 +11,7 @@ in-process (`workers: 0`). RLlib runs the same hyperparameters on its new API st
 runners (0: sampling in the driver, 8 envs), a MeanStdFilter on observations and the same [64, 64] tanh
 networks. The return is the mean of the last 100 episodes (1,000 steps each) at the end of the run.
 Reference: CleanRL's published ppo_continuous_action on HalfCheetah-v4, 1M steps: 1,442 +- 46.
+The first line printed names the CPU, and --json carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from rllib_runner import DEFAULT_PYTHON, RLlibRun, run_rllib  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "examples" / "halfcheetah-ppo.yaml"
@@ -97,7 +100,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("KUBERL_TORCH_THREADS", "1")
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}", flush=True)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()}, {cpu_caption()}",
+          flush=True)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     if args.estimate:
         run = kuberl_run(1, args.timesteps, seconds=args.estimate)
@@ -107,7 +111,7 @@ def main() -> int:
               f"{per_seed * len(seeds) / 60:.1f} min for {len(seeds)} seeds (at this load)")
         return 0
 
-    report: dict[str, Any] = {"timesteps": args.timesteps, "kuberl": [], "rllib": []}
+    report: dict[str, Any] = {"timesteps": args.timesteps, "kuberl": [], "rllib": [], **cpu_summary()}
     for seed in seeds:
         report["kuberl"].append(kuberl_run(seed, args.timesteps))
         print(describe("kuberl ppo", report["kuberl"][-1]), flush=True)

@@ -21,6 +21,9 @@ around `simple_spread_v3.parallel_env`, one module `shared` for every agent thro
 kuberl's PPO settings in RLlib's names (`RLLIB_TRAINING`, `RLLIB_MODEL`: why each, beside them), sampled by
 RLlib's default 2 env runners of 4 envs each (the same 8 envs x 100 steps a batch); `--rllib-defaults` runs
 RLlib's own PPO defaults instead.
+
+Every run's figures (kuberl's and RLlib's, in --out) name the CPU they ran on: cpu_model, cpu_bf16 (native
+bfloat16) and cpu_flags; the first line printed names it too.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def task_spec(task: str, workers: int = 0) -> dict[str, Any]:
 def kuberl_run(task: str, seed: int, env_steps: int, workers: int = 0) -> dict[str, Any]:
     from kuberl.api.validation import validate_document
     from kuberl.trainer.algorithms.config import AlgorithmConfig
+    from kuberl.trainer.cpu import cpu_summary
     from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
     spec = {**task_spec(task, workers), "stop": {"timesteps": env_steps}}
@@ -103,7 +107,8 @@ def kuberl_run(task: str, seed: int, env_steps: int, workers: int = 0) -> dict[s
             "firstReturnMean": next((r for _, _, r in curve if r is not None), None),
             "evaluationReturnMean": evaluation["episodeReturnMean"],
             "sampledEvaluationReturnMean": sampled["episodeReturnMean"],
-            "policies": {name: p["episodeReturnMean"] for name, p in result["policies"].items()}, "curve": curve}
+            "policies": {name: p["episodeReturnMean"] for name, p in result["policies"].items()}, "curve": curve,
+            **cpu_summary()}
 
 
 RLLIB_SCRIPT = r"""
@@ -242,16 +247,18 @@ def rllib_spec(seed: int, env_steps: int, env_runners: int | None, rllib_default
 
 def rllib_run(python: Path, seed: int, env_steps: int, env_runners: int | None,
               rllib_defaults: bool = False) -> dict[str, Any]:
+    from kuberl.trainer.cpu import cpu_summary
+
     if not python.exists():
         return {"side": "rllib", "seed": seed, "error": f"{python} not found: run `make bench-deps` first"}
     spec = rllib_spec(seed, env_steps, env_runners, rllib_defaults)
     run = run_script(python, RLLIB_SCRIPT, [json.dumps(spec)], deadline_seconds=6 * 3600)
     final = [line for line in run.lines if line.get("done")]
     if not final:
-        return {"side": "rllib", "seed": seed, "error": run.error("RLlib PPO")}
+        return {"side": "rllib", "seed": seed, "error": run.error("RLlib PPO"), **cpu_summary()}
     curve = [(line["timesteps"], line["episodeReturnMean"]) for line in run.lines if line.get("progress")]
     return {"side": "rllib", "seed": seed, **{k: v for k, v in final[-1].items() if k != "done"},
-            "curve": curve[:: max(1, len(curve) // 20)]}
+            "curve": curve[:: max(1, len(curve) // 20)], **cpu_summary()}
 
 
 def goal(kuberl: list[dict[str, Any]], rllib: list[dict[str, Any]]) -> dict[str, Any]:
@@ -318,6 +325,9 @@ def main() -> None:
         return
     seeds = [int(s) for s in args.seeds.split(",")][:1 if args.smoke else None]
     env_steps = args.env_steps or (2_000 if args.smoke else -(-1_000_000 // AGENTS))
+    from kuberl.trainer.cpu import cpu_caption
+
+    print(cpu_caption(), flush=True)
 
     runs = []
     for seed in seeds:

@@ -3,7 +3,8 @@
 The emulator and the operator run as processes; stand-in trainers on loopback addresses answer
 the operator's status polls (see kuberl_testing.lifecycle_load). Prints apply -> children,
 pods Running -> phase Running, the progress lag of .status (three rounds: growing means a
-backlog), delete -> children gone, the operator's RSS per phase and reconcile durations.
+backlog), delete -> children gone, the operator's RSS per phase and reconcile durations, and the CPU (--json:
+cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 tests/integration/test_operator_load.py runs 150 with a 2 s poll; this runs 500 by default.
 
     .venv/bin/python bench/operator_lifecycle.py --experiments 500 --poll-seconds 10
@@ -16,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from kuberl.trainer.cpu import cpu_caption, cpu_summary
 from kuberl_testing.lifecycle_load import lifecycle_load
 
 
@@ -31,11 +33,11 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.monotonic()
-    f = lifecycle_load(args.experiments, workers=args.workers, poll_seconds=args.poll_seconds,
-                       trainers=args.trainers, timeout=args.timeout)
+    f = {**lifecycle_load(args.experiments, workers=args.workers, poll_seconds=args.poll_seconds,
+                          trainers=args.trainers, timeout=args.timeout), **cpu_summary()}
     wall = time.monotonic() - started
     print(f"operator lifecycle load: {f['experiments']} experiments x (head + {f['workers_each']} worker(s) "
-          f"+ 4 objects), status poll every {f['status_poll_seconds']:g} s; {wall:.0f} s in all")
+          f"+ 4 objects), status poll every {f['status_poll_seconds']:g} s; {wall:.0f} s in all; {cpu_caption(f)}")
     print(f"  create:   {f['with_all_children']}/{f['experiments']} with all children in {f['created_seconds']} s; "
           f"apply -> children {f['apply_to_children_seconds']}")
     if "running" in f:

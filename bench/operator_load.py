@@ -2,7 +2,8 @@
 
 Runs the emulator and the operator as separate processes (as in a cluster), applies the
 experiments over HTTP, and watches the API for the children (head and worker pods, ConfigMap,
-Service, Secret, NetworkPolicy). Prints p50/p99/max latency and the operator's RSS.
+Service, Secret, NetworkPolicy). Prints p50/p99/max latency and the operator's RSS, and the CPU (--json:
+cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 Targets (issue 5): p99 < 1 s, RSS < 150 MB.
 
     .venv/bin/python bench/operator_load.py --experiments 100 --workers 2
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 
+from kuberl.trainer.cpu import cpu_caption, cpu_summary
 from kuberl_testing.lifecycle_load import (
     EXPERIMENTS_PATH,
     children,
@@ -126,8 +128,9 @@ def main() -> int:
     with emulator_and_operator(poll_seconds=30, status_port=8080) as (url, operator_pid, _, emulator_pid):
         figures = asyncio.run(run_bench(url, operator_pid, emulator_pid, args.experiments, args.workers,
                                         args.interval, args.timeout, args.rounds, args.sequential))
+    figures.update(cpu_summary())
     print(f"operator bench: {figures['experiments']} experiments x (head + {figures['workers_each']} workers "
-          f"+ 4 objects), {figures['complete']} complete in {figures['total_seconds']} s")
+          f"+ 4 objects), {figures['complete']} complete in {figures['total_seconds']} s; {cpu_caption(figures)}")
     print(f"  apply -> all children created: p50 {figures['p50_seconds']} s, p99 {figures['p99_seconds']} s, "
           f"max {figures['max_seconds']} s  (target p99 < 1 s)")
     print(f"  operator RSS: {figures['operator_rss_mb_before']} MB idle, {figures['operator_rss_mb_after']} MB "

@@ -59,7 +59,7 @@ from bench.rllib_runner import DEFAULT_PYTHON, run_script  # noqa: E402
 
 from kuberl.api.sweep_validation import validate_sweep_document  # noqa: E402
 from kuberl.sweep.local import LocalSweep, read_results  # noqa: E402
-from kuberl.trainer.cpu import cpu_summary  # noqa: E402
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 ENV = "Acrobot-v1"
 LR = (1e-4, 1e-2)
@@ -308,7 +308,7 @@ def draw_member(args: argparse.Namespace, directory: Path, seed: int, values: li
     plot_lr(curves, member, lineage[member], interval, args.timesteps, Path(args.plot),
             f"kuberl PBT, PPO on {args.env} with annealLr, sweep seed {seed}: member {member}'s learning rate\n"
             f"{args.trials} members, {args.rounds} rounds of {interval:,} env steps; "
-            f"CPU {cpu['cpu_model']}, native bfloat16: {'yes' if cpu['cpu_bf16'] else 'no'}")
+            f"{cpu_caption(cpu)}")
     return {"seed": seed, "member": member, "copied": lineage[member], "lr": curves[member]}
 
 

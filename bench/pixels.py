@@ -6,6 +6,7 @@
 2. The Nature CNN's forward pass (uint8 [4, 84, 84] in, scaled on the CPU) at batch 8 and 64, one torch thread.
 3. PPO on ALE/Pong-v5 with the Atari preset and the Nature CNN: env steps/s with 0 and 2 rollout workers
    (8 envs per worker, fragments of 64), over --seconds of training after one warm-up iteration.
+The figures name the CPU: cpu_model, cpu_bf16 (native bfloat16), cpu_flags.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from kuberl.trainer.cpu import cpu_summary
 
 
 def env_steps_per_second(seconds: float) -> float:
@@ -80,7 +83,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ.setdefault("KUBERL_TORCH_THREADS", "1")
-    figures: dict[str, Any] = {"loadAverage": os.getloadavg()[0], "cores": os.cpu_count()}
+    figures: dict[str, Any] = {"loadAverage": os.getloadavg()[0], "cores": os.cpu_count(), **cpu_summary()}
     figures["pongEnvStepsPerSecond"] = env_steps_per_second(args.seconds)
     figures["natureCnnObsPerSecond"] = {b: conv_obs_per_second(b, args.seconds) for b in (8, 64)}
     figures["ppoPong"] = {w: ppo_env_steps_per_second(w, args.seconds * 3) for w in (0, 2)}

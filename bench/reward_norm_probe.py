@@ -25,6 +25,8 @@ import gymnasium as gym
 import numpy as np
 from bench.defaults import Row, train
 
+from kuberl.trainer.cpu import cpu_summary
+
 REWARD_CLIP = 10.0
 
 
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         returns = [float(line) for line in log.read_text().split()]
     best = max([last_mean(returns[:end]) for end in range(100, len(returns), 50)] + [last_mean(returns)])
     result = {"env": args.env, "seed": args.seed, "timesteps": run["timesteps"], "episodes": len(returns),
-              "lastHundredMean": last_mean(returns), "best": best, "wallSeconds": run["wallSeconds"]}
+              "lastHundredMean": last_mean(returns), "best": best, "wallSeconds": run["wallSeconds"], **cpu_summary()}
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

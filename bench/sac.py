@@ -22,7 +22,8 @@ envs, fragments of 50); CPU seconds are then the driver's only.
 Both use one learner update of 256 transitions per env step (RLlib: training_intensity 256), 256x256 nets,
 uniform replay of 1,000,000 and `--learning-starts` random steps; otherwise each its own SAC defaults. Both
 clocks start at the first train() call (Ray's start and the build are reported apart); HalfCheetah's
-episodes are 1,000 steps, so the return mean is over the last min(100, episodes) of them.
+episodes are 1,000 steps, so the return mean is over the last min(100, episodes) of them. The first line printed
+names the CPU, and --json carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
 from cartpole import ratio  # noqa: E402
 from rllib_runner import run_script  # noqa: E402
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "HalfCheetah-v5"
@@ -209,7 +212,9 @@ def main() -> int:
                         help="kuberl and RLlib at the same time, each pinned to one core (see above)")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers, "shards": args.shards}
+    print(cpu_caption(), flush=True)
+    report: dict[str, Any] = {"env": ENV, "timesteps": args.timesteps, "workers": args.workers, "shards": args.shards,
+                              **cpu_summary()}
     if args.side_by_side:
         report.update(side_by_side(args))
         if args.json:

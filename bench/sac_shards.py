@@ -6,7 +6,7 @@ steps, per seed, with wall time and learner updates. A random policy scores abou
 
 2 rollout workers x 4 envs x 50 steps feed 2 prioritized shards of 10,000; the learner actor runs 64x64 nets,
 batch 128, replay ratio 0.5 (64 samples per env step, at most 128), learningStarts 1,000; then 5 greedy
-evaluation episodes.
+evaluation episodes. Every row names the CPU: cpu_model, cpu_bf16 (native bfloat16), cpu_flags.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import time
 
 from kuberl.trainer.algorithms.sac import SACConfig
+from kuberl.trainer.cpu import cpu_summary
 
 
 def run(seed: int, timesteps: int) -> dict:
@@ -37,7 +38,7 @@ def run(seed: int, timesteps: int) -> dict:
         algo.stop()
     return {"seed": seed, "timesteps": result["timesteps"], "updates": result["learner"]["updates"],
             "seconds": round(seconds, 1), "greedyReturnMean": round(evaluation["episodeReturnMean"], 1),
-            "load": round(os.getloadavg()[0], 1)}
+            "load": round(os.getloadavg()[0], 1), **cpu_summary()}
 
 
 def main() -> int:

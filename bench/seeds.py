@@ -10,7 +10,8 @@ mean return of the last 100 episodes is >= --target, and as missed at --cap seco
 starts one busy-looping process per core once a run is built and stops them (by PID) when it
 ends: learning must not depend on how much CPU the learner happens to get. Load averages are recorded
 beside every run. Prints a markdown table; --json writes the runs with their per-iteration
-curves (return, and for the Q-learners loss, mean Q and the measured replay ratio).
+curves (return, and for the Q-learners loss, mean Q and the measured replay ratio). The first line and
+the last (the summaries) name the CPU; --json carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary
 
 ALGORITHMS = ("apex-dqn", "dqn", "ppo")
 
@@ -173,7 +176,8 @@ def main() -> int:
 
     algorithms = [a for a in args.algorithms.split(",") if a]
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"started {started}, load average {os.getloadavg()}, busy={args.busy}, training={args.training}", flush=True)
+    print(f"started {started}, load average {os.getloadavg()}, busy={args.busy}, training={args.training}, "
+          f"{cpu_caption()}", flush=True)
     runs: list[dict[str, Any]] = []
     for algorithm in algorithms:
         for seed in seeds:
@@ -191,7 +195,7 @@ def main() -> int:
     figures = report(runs, algorithms, started, args)
     print()
     print(markdown(runs, figures["summaries"], args.target, args.cap))
-    print(json.dumps({"summaries": figures["summaries"]}))
+    print(json.dumps({"summaries": figures["summaries"], **cpu_summary()}))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
     return 0
@@ -200,7 +204,8 @@ def main() -> int:
 def report(runs: list[dict[str, Any]], algorithms: list[str], started: str, args: argparse.Namespace) -> dict[str, Any]:
     summaries = {a: summarize([r for r in runs if r["algorithm"] == a]) for a in algorithms}
     return {"started": started, "finished": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "busy": args.busy,
-            "cpus": os.cpu_count(), "training": json.loads(args.training), "target": args.target, "cap": args.cap, "runs": runs, "summaries": summaries}
+            "cpus": os.cpu_count(), **cpu_summary(), "training": json.loads(args.training), "target": args.target,
+            "cap": args.cap, "runs": runs, "summaries": summaries}
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ named by their `ray::Class` titles) is sampled with psutil, with its anonymous a
 parts (/proc/PID/status), and the object store's shared-memory file once (the pages allocated in
 it, which every process that touches an object also counts in its own RSS). Prints a table per
 role and per process, the growth in MB/hour over the whole run and over its second half (after the
-replay buffers have filled), whether each process's private memory is flat, and writes a PNG.
+replay buffers have filled), whether each process's private memory is flat, and writes a PNG. The summary
+names the CPU; --json carries it (cpu_model, cpu_bf16: native bfloat16, cpu_flags).
 
 --diagnose asks the learner actor at every sample (through Ray's `__ray_call__`) for glibc's heap
 (in use, free, arenas), its threads, the references in Ray's table, its Python objects by type and,
@@ -30,6 +31,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from kuberl.trainer.cpu import cpu_caption, cpu_summary
 
 ROLE_PATTERNS = (  # first match wins; actors show as `ray::Class` or `ray::Class.method`
     ("replay shard", re.compile(r"ray::ReplayShard")),
@@ -382,7 +385,7 @@ def main() -> int:
     processes = summarise_processes(samples)
     run = (f"{args.env}, {args.workers} workers, {args.shards} shards, capacity {args.capacity:,}, "
            f"{samples[-1]['seconds'] / 60:.1f} min, {samples[-1]['timesteps']:,} env steps, {iterations} iterations")
-    print(f"\nApe-X soak: {run}")
+    print(f"\nApe-X soak: {run}; {cpu_caption()}")
     print(f"{'role':<20}{'procs':>6}{'start MB':>10}{'end MB':>9}{'peak MB':>9}{'MB/h':>8}{'MB/h 2nd half':>15}")
     for role, s in summary.items():
         print(f"{role:<20}{s['processes']:>6}{s['start_mb']:>10}{s['end_mb']:>9}{s['peak_mb']:>9}"
@@ -407,7 +410,7 @@ def main() -> int:
                                                      f"{args.shards} shards, {args.env})"):
         print(f"plot: {args.plot}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"run": run, "args": vars(args), "summary": summary,
+        Path(args.json).write_text(json.dumps({"run": run, "args": vars(args), **cpu_summary(), "summary": summary,
                                                "processes": processes, "samples": samples}, indent=1))
     return 0
 

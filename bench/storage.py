@@ -7,7 +7,7 @@ For each size: the raw baseline uploads a file of that size with boto3's
 `upload_file` (default transfer settings); kuberl writes a checkpoint holding
 that many bytes with `write_checkpoint` through S3Store (every file, sha256,
 manifest.json, `latest`). Both go to the same moto server, run in its own
-process so it does not share this process's GIL. Target: kuberl >= 50% of raw.
+process so it does not share this process's GIL. Target: kuberl >= 50% of raw. The first line names the CPU.
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def main() -> None:
     try:
         import boto3
 
+        from kuberl.trainer.cpu import cpu_caption
         from kuberl.trainer.storage.checkpoints import write_checkpoint
         from kuberl.trainer.storage.s3 import S3Store
 
         raw = boto3.client("s3", endpoint_url=endpoint)
         raw.create_bucket(Bucket="bench")
         store = S3Store("s3://bench/kuberl", endpoint=endpoint)
-        print(f"moto S3 at {endpoint}; median of {args.repeats} runs")
+        print(f"moto S3 at {endpoint}; median of {args.repeats} runs; {cpu_caption()}")
         print(f"{'state':>8}  {'raw upload_file':>16}  {'kuberl checkpoint':>18}  {'ratio':>6}")
         with tempfile.TemporaryDirectory() as tmp:
             for size in sizes:

@@ -20,7 +20,8 @@
    of each (CPU-seconds of each alongside).
 
 The load average is taken before and after each part (the machine may be shared). It prints each
-part's figures as it ends and, last, one JSON line with all of them.
+part's figures as it ends and, last, one JSON line with all of them and the CPU (cpu_model, cpu_bf16: native
+bfloat16, cpu_flags).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import yaml
 from kuberl.api.sweep_validation import validate_sweep_document
 from kuberl.sweep.local import LocalSweep
 from kuberl.sweep.summary import write_summary
+from kuberl.trainer.cpu import cpu_summary
 
 PARAMETERS = [
     {"path": "config.lr", "type": "float", "low": 0.0001, "high": 0.003, "log": True},
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"sizes": {k: getattr(args, k) for k in (
         "trials", "timesteps", "interval", "min_steps", "population", "pbt_timesteps", "pbt_interval",
         "pbt_seed")},
-        "cpus": os.cpu_count(), "loadAverage": {}}
+        "cpus": os.cpu_count(), **cpu_summary(), "loadAverage": {}}
     with tempfile.TemporaryDirectory(prefix="kuberl-bench-sweep-") as tmp:
         work = Path(args.dir) if args.dir else Path(tmp)
         for part, title, run in (
