@@ -28,7 +28,7 @@ from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
-from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerPolicies
 from kuberl.trainer.sampling.sampler import Sampler
 from kuberl.trainer.sampling.seeds import evaluation_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
@@ -328,7 +328,7 @@ class Algorithm:
         """The evaluation actor's class where it is not `kuberl.trainer.evaluation.actor.EvaluationWorker`."""
         return None
 
-    def evaluation_policy(self) -> tuple[PolicyFactory, Any]:
+    def evaluation_policy(self) -> tuple[WorkerPolicies, Any]:
         """What evaluation actors run: the rollout workers' policy factory and the weights it loads."""
         if self.sampler is None:
             raise NotImplementedError(f"{type(self).__name__} has no rollout workers; override evaluation_policy()")

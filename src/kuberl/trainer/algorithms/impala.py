@@ -42,6 +42,7 @@ class IMPALAConfig(AlgorithmConfig):
 
 class IMPALA(Algorithm):
     params: IMPALAParams
+    sampler: FragmentQueue  # set by setup(), which construction runs
 
     def setup(self) -> None:
         p, spec = self.params, self.spec

@@ -17,14 +17,14 @@ from typing import Any
 
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.sampling.filters import RunningStats
-from kuberl.trainer.sampling.rollout_worker import PolicyFactory, SampleBatch, WorkerConfig
+from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerPolicies
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
 
 class FragmentQueue:
     """IMPALA's and APPO's `Sampler`: workers that sample without waiting, into a bounded queue."""
 
-    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int, *,
+    def __init__(self, config: WorkerConfig, policy_factory: WorkerPolicies, num_workers: int, *,
                  queue_size: int, requests_per_worker: int, worker_set: type[WorkerSet] = WorkerSet):
         self.queue_size = queue_size
         self.requests_per_worker = requests_per_worker
@@ -53,7 +53,7 @@ class FragmentQueue:
         return self.workers.restarts
 
     @property
-    def policy_factory(self) -> PolicyFactory:
+    def policy_factory(self) -> WorkerPolicies:
         return self.workers.policy_factory
 
     # -- from the learner ------------------------------------------------------------------------

@@ -143,6 +143,7 @@ class PPOLearner:
                 # about 0.007 in log pi, a tenth of a PPO step, which would otherwise be noise in every ratio.
                 actions = to_device({"actions": d["actions"]}, self.device)["actions"].flatten(0, 1)
                 outputs, logp = self._critic_pass(obs.flatten(0, 1), actions)
+                assert logp is not None  # given the actions, the pass returns their log-probs
                 behaviour_logp = logp.reshape(d["logp"].shape)
             else:
                 outputs, _ = self._critic_pass(obs.flatten(0, 1))

@@ -259,11 +259,12 @@ class MultiAgentVTrace(MultiAgentAlgorithm):
             self.loops[name] = VTraceLoop(vtrace_learner(spaces, p, self.device, self.spec.learner.bf16),
                                           self.np_random)
             factories[name] = PolicyHeadFactory(EncoderSpec.from_params(p))
-        p = self.params
-        assert isinstance(p, IMPALAParams)
+        params = self.params
+        assert isinstance(params, IMPALAParams)
         policies = MultiAgentPolicies(self.policy_map, factories, self.policy_spaces)
         self.sampler = FragmentQueue(self.worker_config(), policies, self.spec.rollouts.workers,
-                                     queue_size=p.learner_queue_size, requests_per_worker=p.requests_per_worker,
+                                     queue_size=params.learner_queue_size,
+                                     requests_per_worker=params.requests_per_worker,
                                      worker_set=MultiAgentWorkerSet)
         self.sync_weights()
 

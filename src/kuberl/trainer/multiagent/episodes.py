@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kuberl.trainer.evaluation.episodes import VIDEO_RENDER_MODE
+from kuberl.trainer.evaluation.episodes import VIDEO_RENDER_MODE, PlayedEpisodes
 from kuberl.trainer.multiagent.envs import make_parallel_env
 from kuberl.trainer.multiagent.rollout_worker import env_action
 from kuberl.trainer.sampling.envs import EnvSettings
@@ -21,11 +21,10 @@ AgentActor = Callable[[str, str, Any], Any]
 
 
 @dataclass
-class PlayedMultiAgentEpisodes:
-    returns: list[float] = field(default_factory=list)  # team returns: the sum over agents
-    lengths: list[int] = field(default_factory=list)
+class PlayedMultiAgentEpisodes(PlayedEpisodes):
+    """`returns` are team returns: the sum over agents."""
+
     agent_returns: dict[str, list[float]] = field(default_factory=dict)
-    video: bytes | None = None
 
 
 def _play_one(env: Any, policy_of: Callable[[str], str], act: AgentActor, seed: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ class MultiAgentPolicies:
     """What a multi-agent worker acts with: the map, and per policy its factory and spaces. Pickles to Ray actors."""
 
     policy_map: PolicyMap
-    factories: dict[str, PolicyFactory]
+    factories: Mapping[str, PolicyFactory]
     spaces: dict[str, tuple[gym.Space, gym.Space]]
 
     def build(self, seed: int) -> dict[str, Policy]:

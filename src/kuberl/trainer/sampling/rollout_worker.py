@@ -50,6 +50,16 @@ class Policy(Protocol):
 PolicyFactory = Callable[[gym.Space, gym.Space, int], Policy]
 
 
+class PolicySet(Protocol):
+    """A multi-agent worker's policies, built by name from a seed (`multiagent.MultiAgentPolicies`)."""
+
+    def build(self, seed: int) -> dict[str, Policy]: ...
+
+
+# What a sampler's workers (and evaluation actors) build their policies from: one policy, or a multi-agent set.
+WorkerPolicies = PolicyFactory | PolicySet
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     env_id: str

@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from kuberl.trainer.sampling.filters import RunningStats
-from kuberl.trainer.sampling.rollout_worker import PolicyFactory
+from kuberl.trainer.sampling.rollout_worker import WorkerPolicies
 
 
 @runtime_checkable
 class Sampler(Protocol):
     @property
-    def policy_factory(self) -> PolicyFactory:
+    def policy_factory(self) -> WorkerPolicies:
         """The sampling policy the workers run (evaluation actors run it too)."""
         ...
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.sampling.filters import RunningStats
-from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, SampleBatch, WorkerConfig
+from kuberl.trainer.sampling.rollout_worker import RolloutWorker, SampleBatch, WorkerConfig, WorkerPolicies
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class WorkerSet:
 
     worker_class: type[Worker] = RolloutWorker  # what runs in-process or in each actor (multi-agent: its own worker)
 
-    def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, num_workers: int,
+    def __init__(self, config: WorkerConfig, policy_factory: WorkerPolicies, num_workers: int,
                  *, num_cpus_per_worker: float = 1.0, max_sample_attempts: int = 3):
         self.config = config
         self.policy_factory = policy_factory
