@@ -1,10 +1,11 @@
 """IMPALA's and APPO's learner loop, for one policy or several: what a `VTraceLearner` learns from, and when.
 
-`VTraceLoop` is one policy's: the fragments it is given (a single-agent run's fragments, or a multi-agent
-policy's columns of them) gather until they hold `trainBatchSize` env steps (rounded up to whole fragments),
-then become one train batch, side by side along the column axis. `bufferBatches` train batches wait in the
-learner; each update takes a random one, which leaves after `batchReuse` updates. Each batch keeps the policy
-versions that sampled it, for the lag figures.
+`VTraceLoop` is one policy's: the columns of the fragments it is given (one env's trajectory of
+`fragmentLength` steps each: a single-agent run's envs, or a multi-agent policy's agents in them) gather side by
+side, and every `trainBatchSize` env steps of them, rounded up to whole columns, become one train batch (a
+single-agent batch is whole fragments wherever `trainBatchSize` is a multiple of a fragment's steps).
+`bufferBatches` train batches wait in the learner; each update takes a random one, which leaves after
+`batchReuse` updates. Each batch keeps the policy version that sampled each of its columns, for the lag.
 
 `learn_for` runs one iteration of the algorithm over its loops (IMPALA's one, or one per trained policy): it
 takes queued fragments while every loop has room for another batch (the rest wait in the bounded queue, which
@@ -43,16 +44,47 @@ PUBLISHED_KEPT = 10_000  # policy versions whose broadcast is remembered, for th
 @dataclass(eq=False)
 class TrainBatch:
     tensors: dict[str, torch.Tensor]  # time-major [T, B, ...]
-    versions: np.ndarray  # the policy version that sampled each fragment
+    versions: np.ndarray  # the policy version that sampled each column
     uses: int = 0
 
 
-def train_batch(fragments: Sequence[SampleBatch], device: torch.device) -> TrainBatch:
-    """Fragments side by side along the column axis: [T, columns of all of them, ...] on the learner's device."""
-    arrays = {key: np.concatenate([f.data[key] for f in fragments], axis=1) for key in BATCH_KEYS}
-    # Where a trace stops: once per batch, not per update.
-    arrays["dones"] = trace_ends(arrays)
-    return TrainBatch(to_device(arrays, device), np.array([f.policy_version for f in fragments]))
+@dataclass(frozen=True)
+class Columns:
+    """Fragments' columns side by side, [T, width, ...] each, and the policy version that sampled each column."""
+
+    data: dict[str, np.ndarray]
+    versions: np.ndarray
+
+    @classmethod
+    def of(cls, fragment: SampleBatch) -> Columns:
+        data = {key: fragment.data[key] for key in BATCH_KEYS}
+        return cls(data, np.full(data["rewards"].shape[1], fragment.policy_version))
+
+    @classmethod
+    def joined(cls, parts: Sequence[Columns]) -> Columns:
+        if len(parts) == 1:
+            return parts[0]
+        return cls({key: np.concatenate([p.data[key] for p in parts], axis=1) for key in BATCH_KEYS},
+                   np.concatenate([p.versions for p in parts]))
+
+    @property
+    def length(self) -> int:
+        return int(self.data["rewards"].shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.versions.size)
+
+    def split(self, width: int) -> tuple[Columns, Columns]:
+        """The first `width` columns, and the rest."""
+        return (Columns({key: value[:, :width] for key, value in self.data.items()}, self.versions[:width]),
+                Columns({key: value[:, width:] for key, value in self.data.items()}, self.versions[width:]))
+
+
+def train_batch(columns: Columns, device: torch.device) -> TrainBatch:
+    """The columns on the learner's device, with where each trace stops (once per batch, not per update)."""
+    arrays = {**columns.data, "dones": trace_ends(columns.data)}
+    return TrainBatch(to_device(arrays, device), columns.versions)
 
 
 def vtrace_learner(spaces: tuple[gym.Space, gym.Space], params: IMPALAParams, device: torch.device,
@@ -93,7 +125,7 @@ class VTraceLoop(PolicyLoop):
         self.learner = learner
         self.params: IMPALAParams = learner.params
         self.rng = rng  # the algorithm's generator: its state is in every checkpoint
-        self.pending: list[SampleBatch] = []  # fragments not yet a whole train batch
+        self.pending: list[Columns] = []  # columns not yet in a train batch
         self.buffer: list[TrainBatch] = []
         self.published_at: dict[int, int] = {}  # policy version -> learner updates when it was broadcast
         self.tally = Tally(0)
@@ -107,15 +139,31 @@ class VTraceLoop(PolicyLoop):
         return self.learner.updates
 
     @property
-    def has_room(self) -> bool:
-        return len(self.buffer) < self.params.buffer_batches
+    def pending_width(self) -> int:
+        return sum(part.width for part in self.pending)
+
+    def batch_width(self) -> int:
+        """The columns of a train batch: `trainBatchSize` env steps, rounded up to whole columns."""
+        length = self.pending[0].length if self.pending else 1
+        return max(1, -(-self.params.train_batch_size // length))
+
+    @property
+    def wants_more(self) -> bool:
+        """Room in the buffer for a batch that the waiting columns cannot make yet."""
+        return len(self.buffer) < self.params.buffer_batches and self.pending_width < self.batch_width()
 
     def add(self, fragment: SampleBatch) -> None:
-        """A fragment to learn from; with the ones before it, a train batch once they hold `trainBatchSize` steps."""
-        self.pending.append(fragment)
-        if sum(f.data["rewards"].size for f in self.pending) >= self.params.train_batch_size:
-            self.buffer.append(train_batch(self.pending, self.learner.device))
-            self.pending = []
+        """A fragment (or a policy's part of one) to learn from; train batches of it while the buffer has room."""
+        self.pending.append(Columns.of(fragment))
+        self.fill()
+
+    def fill(self) -> None:
+        """Train batches of the waiting columns while the buffer has room for them."""
+        width = self.batch_width()
+        while len(self.buffer) < self.params.buffer_batches and self.pending_width >= width:
+            batch, rest = Columns.joined(self.pending).split(width)
+            self.buffer.append(train_batch(batch, self.learner.device))
+            self.pending = [rest] if rest.width else []
 
     def step(self, policy_version: int) -> bool:
         """One update from a random buffered batch (none without one); True when the weights are due out."""
@@ -171,8 +219,10 @@ Route = Callable[[Any], list[tuple[VTraceLoop, SampleBatch]]]
 
 
 def _take(sampler: FragmentQueue, loops: Sequence[VTraceLoop], route: Route) -> None:
-    """Queued fragments to the loops while every one has room for another train batch."""
-    while loops and all(loop.has_room for loop in loops):
+    """Queued fragments to the loops while every one has room for a train batch its waiting columns cannot make."""
+    for loop in loops:
+        loop.fill()
+    while loops and all(loop.wants_more for loop in loops):
         fragments = sampler.take(1)
         if not fragments:
             return
