@@ -10,15 +10,10 @@ from kuberl.api.sweep_validation import validate_sweep_document
 from kuberl.operator.builders.trial import build_trial
 from kuberl.operator.sweep_decision import RunObservation, cluster_errors, decide_sweep
 from kuberl.sweep.plan import run_names
+from kuberl_testing.manifests import random_sweep_document
 
 NOW = "2026-01-01T00:00:00Z"
-DOC: dict[str, Any] = {
-    "apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep", "metadata": {"name": "sw"},
-    "spec": {"template": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 1000},
-                          "config": {"seed": 4}, "storage": {"uri": "s3://bucket/runs"}},
-             "parameters": [{"path": "config.lr", "type": "float", "low": 0.0001, "high": 0.003}],
-             "search": {"algorithm": "random", "seed": 1}, "maxTrials": 3, "parallelism": 2},
-}
+DOC = random_sweep_document(max_trials=3)
 SWEEP_BODY = {"metadata": {"name": "sw", "namespace": "ns", "uid": "u-1"}}
 
 

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from kuberl.api.sweep_validation import validate_sweep_document
 from kuberl.api.types import Phase
 from kuberl.operator.status.decision import Event
 from kuberl.operator.sweep_decision import RunObservation, decide_sweep, observe_run
+from kuberl_testing.manifests import random_sweep_document
 
 NOW = "2026-01-01T00:00:00Z"
-DOC: dict[str, Any] = {
-    "apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep", "metadata": {"name": "sw"},
-    "spec": {"template": {"algorithm": "ppo", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 1000},
-                          "config": {"seed": 4}, "storage": {"uri": "s3://bucket/runs"}},
-             "parameters": [{"path": "config.lr", "type": "float", "low": 0.0001, "high": 0.003}],
-             "search": {"algorithm": "random", "seed": 1}, "maxTrials": 2, "parallelism": 2},
-}
+DOC = random_sweep_document(max_trials=2)
 
 
 def test_a_trial_s_phase_is_read_as_a_phase_and_one_the_operator_does_not_know_is_none() -> None:
