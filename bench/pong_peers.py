@@ -95,7 +95,19 @@ def make_atari(cfg):
 ray.init(address="local", _node_ip_address="127.0.0.2", include_dashboard=False, log_to_driver=False,
          num_cpus=max(4, os.cpu_count()))
 register_env("atari", make_atari)
-config = (PPOConfig().debugging(seed=spec["seed"])
+
+# Every game's return, not RLlib's episode_return_mean (a mean over recent iterations' episodes only); summed step
+# by step, as the episode on_episode_end gets is its last chunk only.
+returns = {}
+
+def on_episode_step(*, episode, **kwargs):
+    returns[episode.id_] = returns.get(episode.id_, 0.0) + float(episode.get_rewards(-1))
+
+def on_episode_end(*, episode, metrics_logger, **kwargs):
+    metrics_logger.log_value("game_returns", returns.pop(episode.id_, 0.0), reduce=None, clear_on_reduce=True)
+
+config = (PPOConfig().debugging(seed=spec["seed"]).callbacks(on_episode_step=on_episode_step,
+                                                             on_episode_end=on_episode_end)
           .environment("atari", env_config={"frameskip": 1, "full_action_space": False,
                                             "repeat_action_probability": spec["sticky"]}, clip_rewards=True)
           .env_runners(env_to_module_connector=lambda env, spaces=None, device=None: FrameStackingEnvToModule(
@@ -107,10 +119,10 @@ algo = config.build_algo()
 while True:
     result = algo.train()
     runners = result.get("env_runners", {})
+    games = runners.get("game_returns") or []
     print(json.dumps({"timesteps": int(result.get("num_env_steps_sampled_lifetime")
                                        or runners.get("num_env_steps_sampled_lifetime") or 0),
-                      "score100": runners.get("episode_return_mean"),
-                      "games": runners.get("num_episodes_lifetime")}), flush=True)
+                      "games": [float(g) for g in (games if isinstance(games, list) else [games])]}), flush=True)
 '''
 
 CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-0-9.e+]+)\]?")
@@ -149,11 +161,16 @@ class SampleFactoryReport:
         return None
 
 
-def rllib_line(line: str) -> tuple[int, float, int | None] | None:
-    if not line.startswith("{"):
-        return None
-    row = json.loads(line)
-    return None if row["score100"] is None else (row["timesteps"], float(row["score100"]), row["games"])
+class RLlibGames(GameWindow):
+    """The RLlib script's lines: one per iteration, with the env steps and the returns of the games it finished."""
+
+    def __call__(self, line: str) -> tuple[int, float, int] | None:
+        if not line.startswith("{"):
+            return None
+        row = json.loads(line)
+        self.recent.extend(row["games"])
+        self.games += len(row["games"])
+        return (row["timesteps"], sum(self.recent) / len(self.recent), self.games) if self.recent else None
 
 
 @dataclass
@@ -194,7 +211,7 @@ def peer_command(peer: str, seed: int, sticky: float, workdir: Path) -> PeerComm
         script = workdir / "rllib_ppo.py"
         script.write_text(RLLIB_PPO_SCRIPT)
         spec = {"seed": seed, "sticky": sticky, **RLLIB_PPO_KUBERL}
-        return PeerCommand([str(RLLIB_PYTHON), str(script), json.dumps(spec)], base_env, rllib_line,
+        return PeerCommand([str(RLLIB_PYTHON), str(script), json.dumps(spec)], base_env, RLlibGames(),
                            f"RLlib {version} PPO", sticky, [] if version else [f"ray not installed in {RLLIB_PYTHON}"])
     if peer == "sample-factory":
         version = python_version_of(SF_PYTHON, "sample-factory")

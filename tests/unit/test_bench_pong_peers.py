@@ -3,11 +3,12 @@ goal (never before 100 games), at its env-step cap, or refused with what is miss
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 from bench import pong_peers
-from bench.pong_peers import GameWindow, PeerCommand, SampleFactoryReport, rllib_line, run_peer, thin
+from bench.pong_peers import GameWindow, PeerCommand, RLlibGames, SampleFactoryReport, run_peer, thin
 
 
 def test_cleanrl_lines_give_the_mean_of_the_last_100_games():
@@ -25,10 +26,12 @@ def test_sample_factory_frames_are_four_per_env_step():
     assert report("\x1b[37m[...] Avg episode reward: [(0, '-20.250')]\x1b[0m") == (10240, -20.25, None)
 
 
-def test_rllib_lines_without_a_mean_are_skipped():
-    assert rllib_line('{"timesteps": 1024, "score100": null, "games": 0}') is None
-    assert rllib_line('{"timesteps": 2048, "score100": -20.5, "games": 3}') == (2048, -20.5, 3)
-    assert rllib_line("2026-01-01 INFO worker.py: started") is None
+def test_rllib_lines_give_the_mean_of_the_last_100_games_across_iterations():
+    games = RLlibGames()
+    assert games('{"timesteps": 1024, "games": []}') is None
+    assert games("2026-01-01 INFO worker.py: started") is None
+    assert games('{"timesteps": 2048, "games": [-21.0, -20.0]}') == (2048, -20.5, 2)
+    assert games(json.dumps({"timesteps": 4096, "games": [21.0] * 99})) == (4096, 21.0 - 41 / 100, 101)
 
 
 def test_thin_keeps_one_point_a_period_and_the_last():
