@@ -131,7 +131,6 @@ bench-deps-cleanrl: ## torch (pinned), gymnasium 0.29.1 and mujoco 2.3.3 in .ven
 SF_VENV ?= .venv-sf
 PEERS_DIR := .bench-peers
 CLEANRL_COMMIT := fe8d8a03c41a7ef5b523e2e354bd01c363e786bb
-CLEANRL_RAW := https://raw.githubusercontent.com/vwxyzjn/cleanrl/$(CLEANRL_COMMIT)
 CLEANRL_FILES := cleanrl/ppo_atari.py cleanrl/ppo_atari_envpool.py cleanrl_utils/__init__.py cleanrl_utils/atari_wrappers.py
 
 # bench/pong.py --peer: CleanRL's Atari scripts at a pinned commit, unchanged, in .venv-cleanrl with its Atari pins
@@ -139,7 +138,8 @@ CLEANRL_FILES := cleanrl/ppo_atari.py cleanrl/ppo_atari_envpool.py cleanrl_utils
 # ships none, and AutoROM downloads them as it builds) from the ale-py 0.12.1 wheel. RLlib PPO uses .venv-rllib.
 bench-deps-pong-peers: ## CleanRL's ppo_atari scripts (pinned) and .venv-cleanrl's Atari deps, .venv-sf, Pong's ROM
 	mkdir -p $(PEERS_DIR)/cleanrl/cleanrl $(PEERS_DIR)/cleanrl/cleanrl_utils $(PEERS_DIR)/roms $(PEERS_DIR)/wheels
-	for f in $(CLEANRL_FILES); do test -e $(PEERS_DIR)/cleanrl/$$f || curl -fsSL -o $(PEERS_DIR)/cleanrl/$$f $(CLEANRL_RAW)/$$f; done
+	for f in $(CLEANRL_FILES); do test -e $(PEERS_DIR)/cleanrl/$$f || { echo "missing $(PEERS_DIR)/cleanrl/$$f:" \
+		"from a clone of CleanRL, git show $(CLEANRL_COMMIT):$$f > $(PEERS_DIR)/cleanrl/$$f" >&2; exit 1; }; done
 	test -x $(CLEANRL_VENV)/bin/python || $(PYTHON) -m venv $(CLEANRL_VENV)
 	$(CLEANRL_VENV)/bin/python -m pip install -q --upgrade pip
 	$(CLEANRL_VENV)/bin/python -m pip install -q "$(TORCH)"
