@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from kuberl.api.reference import write_generated_doc
 from kuberl.cli import build_parser
 
 CLI_DOC_FILE = Path("docs/cli.md")
@@ -101,11 +101,7 @@ def render_cli_reference(parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0]) if argv else Path(".")
-    (root / CLI_DOC_FILE).write_text(render_cli_reference())
-    print(f"wrote {root / CLI_DOC_FILE}")
-    return 0
+    return write_generated_doc(CLI_DOC_FILE, render_cli_reference(), argv)
 
 
 if __name__ == "__main__":

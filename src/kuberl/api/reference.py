@@ -117,12 +117,17 @@ def render_reference() -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def write_generated_doc(doc_file: str | Path, text: str, argv: list[str] | None = None) -> int:
+    """A generator's main: write `text` to `doc_file` under the root given as the first argument (default: here)."""
     argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0]) if argv else Path(".")
-    (root / _DOC_FILE).write_text(render_reference())
-    print(f"wrote {root / _DOC_FILE}")
+    path = (Path(argv[0]) if argv else Path(".")) / doc_file
+    path.write_text(text)
+    print(f"wrote {path}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_generated_doc(_DOC_FILE, render_reference(), argv)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from kuberl.api.reference import _rows
+from kuberl.api.reference import _rows, write_generated_doc
 from kuberl.api.sweep_types import RLSweepSpec
 
 SWEEP_DOC_FILE = Path("docs/sweep-reference.md")
@@ -30,11 +29,7 @@ def render_sweep_reference() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(argv[0]) if argv else Path(".")
-    (root / SWEEP_DOC_FILE).write_text(render_sweep_reference())
-    print(f"wrote {root / SWEEP_DOC_FILE}")
-    return 0
+    return write_generated_doc(SWEEP_DOC_FILE, render_sweep_reference(), argv)
 
 
 if __name__ == "__main__":
