@@ -135,6 +135,7 @@ def test_evaluation_actors_explore_with_the_workers_epsilon_not_at_random():
 
     from kuberl.trainer.algorithms.dqn import DQNConfig
     from kuberl.trainer.evaluation.actor import EvaluationWorker
+    from kuberl.trainer.sampling.policy_settings import PolicySettings
 
     algo = (DQNConfig().environment("CartPole-v1").rollouts(workers=0, envs_per_worker=4, fragment_length=32)
             .training(learning_starts=64, epsilon_timesteps=256, epsilon_end=0.0, train_batch_size=32)
@@ -144,14 +145,14 @@ def test_evaluation_actors_explore_with_the_workers_epsilon_not_at_random():
             algo.train()
         factory, weights = algo.evaluation_policy()
         settings = algo.evaluation_settings()
-        assert settings == {"epsilon": 0.0}
+        assert settings == PolicySettings(epsilon=0.0)
         obs = np.random.default_rng(0).normal(0.0, 0.5, (400, 4)).astype(np.float32)
         greedy = algo.compute_actions(obs, explore=False)
     finally:
         algo.stop()
     worker = EvaluationWorker(algo.evaluation_env(), factory, "none", seed=1)
     played = worker.evaluate(weights, None, [11], explore=True, record_first=False, settings=settings)
-    assert played["lengths"][0] > 0
+    assert played.lengths[0] > 0
     actions, _ = worker.policy.compute_actions(obs, explore=True)
     assert (actions == greedy).all()  # epsilon 0: the greedy actions, every one
     unconfigured = EvaluationWorker(algo.evaluation_env(), factory, "none", seed=1)

@@ -7,9 +7,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kuberl.trainer.evaluation.episodes import EnvFactory, play_episodes
+from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 
 
@@ -20,7 +21,7 @@ class EvaluationActor(Protocol):
     def __init__(self, make: Any, policies: Any, observation_filter: str, seed: int) -> None: ...
 
     def evaluate(self, weights: Any, filter_state: Any, seeds: list[int], *, explore: bool,
-                 record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]: ...
+                 record_first: bool, settings: PolicySettings | None = None) -> PlayedEpisodes: ...
 
 
 class EvaluationWorker:
@@ -36,12 +37,12 @@ class EvaluationWorker:
         self.filter = make_filter(observation_filter, tuple(observation_space.shape or ()))
 
     def evaluate(self, weights: Any, filter_state: RunningStats | None, seeds: list[int], *, explore: bool,
-                 record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                 record_first: bool, settings: PolicySettings | None = None) -> PlayedEpisodes:
         """Load the policy (configured with `settings`, the algorithm's `evaluation_settings()`), play one
         episode per seed; returns, lengths and the video bytes (or None)."""
         self.policy.set_weights(weights)
         if settings:
-            self.policy.configure(**settings)  # type: ignore[attr-defined]
+            self.policy.configure(**settings.kwargs())  # type: ignore[attr-defined]
         self.filter.set_state(filter_state)
 
         def act(obs: Any) -> Any:
@@ -50,5 +51,4 @@ class EvaluationWorker:
             action = actions[0]
             return action.item() if np.ndim(action) == 0 else action
 
-        played = play_episodes(self.make, act, seeds, record_first=record_first)
-        return {"returns": played.returns, "lengths": played.lengths, "video": played.video}
+        return play_episodes(self.make, act, seeds, record_first=record_first)

@@ -31,11 +31,21 @@ class EnvFactory:
         return make_env(settings, training=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlayedEpisodes:
+    """Whole episodes played with a policy, in the order played: what `play_episodes` and an evaluation actor
+    (pickled back from its Ray process) return."""
+
     returns: list[float] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     video: bytes | None = None  # MP4 of the first episode, when one was asked for
+
+    @classmethod
+    def joined(cls, parts: list[PlayedEpisodes]) -> PlayedEpisodes:
+        """The episodes of every part, part after part; the first video of any."""
+        return cls(returns=[r for part in parts for r in part.returns],
+                   lengths=[n for part in parts for n in part.lengths],
+                   video=next((part.video for part in parts if part.video), None))
 
 
 def _clip(env: gym.Env, action: Any) -> Any:
@@ -101,20 +111,22 @@ def _record_one(make: EnvFactory, act: Callable[[Any], Any], seed: int) -> tuple
 def play_episodes(make: EnvFactory, act: Callable[[Any], Any], seeds: list[int], *,
                   record_first: bool = False) -> PlayedEpisodes:
     """One episode per seed, acting with `act(raw_obs) -> action`; a recorded first episode counts too."""
-    played = PlayedEpisodes()
+    returns: list[float] = []
+    lengths: list[int] = []
+    video = None
     rest = seeds
     if record_first and seeds:
-        total, length, played.video = _record_one(make, act, seeds[0])
-        played.returns.append(total)
-        played.lengths.append(length)
+        total, length, video = _record_one(make, act, seeds[0])
+        returns.append(total)
+        lengths.append(length)
         rest = seeds[1:]
     if rest:
         env = make()
         try:
             for seed in rest:
                 total, length = _play_one(env, act, seed)
-                played.returns.append(total)
-                played.lengths.append(length)
+                returns.append(total)
+                lengths.append(length)
         finally:
             env.close()
-    return played
+    return PlayedEpisodes(returns, lengths, video)

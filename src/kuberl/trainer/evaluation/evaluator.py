@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kuberl.trainer.evaluation.episodes import PlayedEpisodes
 from kuberl.trainer.iteration_result import EvaluationResult
 from kuberl.trainer.sampling.seeds import evaluation_policy_seed
 
@@ -87,8 +88,7 @@ class Evaluator:
         if self.spec.workers == 0:
             played = self.algo.play(self.seeds, explore=self.spec.explore, env_config=self.spec.env_config,
                                     record_first=record)
-            self._finish(_Running(iteration, timesteps, started, state=state), played.returns, played.lengths,
-                         played.video)
+            self._finish(_Running(iteration, timesteps, started, state=state), played)
             return
         import ray
 
@@ -135,21 +135,18 @@ class Evaluator:
                 return
         self._running = None
         try:
-            parts = ray.get(running.refs)
+            parts: list[PlayedEpisodes] = ray.get(running.refs)
         except Exception as exc:  # noqa: BLE001 - a lost actor costs this evaluation, not the run
             log.warning("evaluation of iteration %d failed (%s); evaluation actors are restarted",
                         running.iteration, exc)
             self._kill_actors()
             return
-        returns = [r for part in parts for r in part["returns"]]
-        lengths = [n for part in parts for n in part["lengths"]]
-        video = next((part["video"] for part in parts if part.get("video")), None)
-        self._finish(running, returns, lengths, video)
+        self._finish(running, PlayedEpisodes.joined(parts))
 
-    def _finish(self, running: _Running, returns: list[float], lengths: list[int], video: bytes | None) -> None:
-        summary = EvaluationResult.of(running.iteration, running.timesteps, returns, lengths,
+    def _finish(self, running: _Running, played: PlayedEpisodes) -> None:
+        summary = EvaluationResult.of(running.iteration, running.timesteps, played.returns, played.lengths,
                                       seconds=time.perf_counter() - running.started)
-        self._done.append(Evaluation(summary, video, running.state))
+        self._done.append(Evaluation(summary, played.video, running.state))
 
     def ready(self) -> list[Evaluation]:
         """Finished evaluations not handed back yet, oldest first (never waits)."""

@@ -15,12 +15,13 @@ from kuberl.trainer.evaluation.episodes import VIDEO_RENDER_MODE, PlayedEpisodes
 from kuberl.trainer.multiagent.envs import make_parallel_env
 from kuberl.trainer.multiagent.rollout_worker import env_action
 from kuberl.trainer.sampling.envs import EnvSettings
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 
 # (policy, agent, observation) -> action
 AgentActor = Callable[[str, str, Any], Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlayedMultiAgentEpisodes(PlayedEpisodes):
     """`returns` are team returns: the sum over agents."""
 
@@ -64,13 +65,16 @@ def play_multi_agent(env: EnvSettings, policy_of: Callable[[str], str], act: Age
                      seeds: list[int], *, record_first: bool = False) -> PlayedMultiAgentEpisodes:
     """One episode per seed; every live agent acts with `act(policy, agent, obs)` each step. With `record_first`
     the first episode is played in an env rendering rgb_array frames, and comes back as an MP4 too."""
-    played = PlayedMultiAgentEpisodes()
+    team_returns: list[float] = []
+    lengths: list[int] = []
+    agent_returns: dict[str, list[float]] = {}
+    video = None
 
     def add(returns: dict[str, float], length: int) -> None:
-        played.returns.append(float(sum(returns.values())))
-        played.lengths.append(length)
+        team_returns.append(float(sum(returns.values())))
+        lengths.append(length)
         for agent, value in returns.items():
-            played.agent_returns.setdefault(agent, []).append(value)
+            agent_returns.setdefault(agent, []).append(value)
 
     rest = seeds
     if record_first and seeds:
@@ -82,7 +86,7 @@ def play_multi_agent(env: EnvSettings, policy_of: Callable[[str], str], act: Age
             fps = int(recording.metadata.get("render_fps", 30) or 30)
         finally:
             recording.close()
-        played.video = _encode(frames, fps)
+        video = _encode(frames, fps)
         rest = seeds[1:]
     if rest:
         playing = make_parallel_env(env.id, env.config, env.wrappers)
@@ -91,7 +95,7 @@ def play_multi_agent(env: EnvSettings, policy_of: Callable[[str], str], act: Age
                 add(*_play_one(playing, policy_of, act, seed))
         finally:
             playing.close()
-    return played
+    return PlayedMultiAgentEpisodes(team_returns, lengths, video, agent_returns)
 
 
 def agent_means(agent_returns: dict[str, list[float]]) -> dict[str, float]:
@@ -113,9 +117,9 @@ class MultiAgentEvaluationWorker:
         self.policies = policies.build(seed)
 
     def evaluate(self, weights: dict[str, Any], filter_state: Any, seeds: list[int], *, explore: bool,
-                 record_first: bool, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Load every policy's weights and play one episode per seed: returns, lengths and the video bytes (or
-        None)."""
+                 record_first: bool, settings: PolicySettings | None = None) -> PlayedEpisodes:
+        """Load every policy's weights and play one episode per seed: team returns, lengths and the video bytes
+        (or None)."""
         for name, policy_weights in weights.items():
             self.policies[name].set_weights(policy_weights)
 
@@ -125,9 +129,8 @@ class MultiAgentEvaluationWorker:
                 row[None] if row.dtype == np.uint8 else row[None].astype(np.float32), explore=explore)
             return actions[0]
 
-        played = play_multi_agent(self.env, self.policy_map.policy, act, seeds,
-                                  record_first=record_first)
-        return {"returns": played.returns, "lengths": played.lengths, "video": played.video}
+        played = play_multi_agent(self.env, self.policy_map.policy, act, seeds, record_first=record_first)
+        return PlayedEpisodes(played.returns, played.lengths, played.video)
 
 
 __all__ = ["MultiAgentEvaluationWorker", "PlayedMultiAgentEpisodes", "agent_means", "play_multi_agent"]
