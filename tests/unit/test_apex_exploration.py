@@ -16,10 +16,11 @@ from kuberl.trainer.distributed.shard_worker import ShardRolloutWorker, Transiti
 from kuberl.trainer.learners.q import QLearner
 from kuberl.trainer.models.q_network import QNetwork
 from kuberl.trainer.sampling.policies import QPolicyFactory
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import WorkerConfig
 
 
-def _worker(settings: dict) -> ShardRolloutWorker:
+def _worker(settings: PolicySettings) -> ShardRolloutWorker:
     params = ApexDQNParams(seed=1)
     config = WorkerConfig("CartPole-v1", num_envs=2, fragment_length=16, seed=1)
     return ShardRolloutWorker(config, QPolicyFactory.from_params(params), 1, settings,
@@ -30,15 +31,15 @@ def test_each_worker_warms_up_from_epsilon_start_to_its_own_epsilon_over_the_run
     assert worker_epsilon(0.01, 0, 1.0, 1_000) == 1.0
     assert worker_epsilon(0.01, 500, 1.0, 1_000) == pytest.approx(0.505)
     assert worker_epsilon(0.01, 5_000, 1.0, 1_000) == pytest.approx(0.01)
-    worker = _worker({"epsilon": worker_epsilon(0.01, 0, 1.0, 1_000)})
+    worker = _worker(PolicySettings(epsilon=worker_epsilon(0.01, 0, 1.0, 1_000)))
     assert worker.worker.policy.epsilon == 1.0
-    worker._configure({"epsilon": worker_epsilon(0.01, 500, 1.0, 1_000)})  # what the driver sends with run()
+    worker._configure(PolicySettings(epsilon=worker_epsilon(0.01, 500, 1.0, 1_000)))  # what the driver sends with run()
     assert worker.worker.policy.epsilon == pytest.approx(0.505)
 
 
 def test_after_the_warm_up_a_worker_keeps_its_own_epsilon() -> None:
     own = apex_epsilons(2, 0.1)[1]
-    worker = _worker({"epsilon": worker_epsilon(own, 20_000, 1.0, 10_000)})
+    worker = _worker(PolicySettings(epsilon=worker_epsilon(own, 20_000, 1.0, 10_000)))
     assert worker.worker.policy.epsilon == pytest.approx(0.1**8)
 
 

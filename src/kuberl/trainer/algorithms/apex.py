@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +25,7 @@ from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import QNetwork, build_q_network
 from kuberl.trainer.replay.nstep import batch_priorities
 from kuberl.trainer.sampling.policies import QPolicyFactory
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 
 __all__ = ["ApexDQN", "ApexDQNConfig", "apex_epsilons", "shard_stats", "worker_epsilon"]
 
@@ -71,9 +71,10 @@ class ApexDQN(ShardedReplay[QNetwork]):
     def make_policy_factory(self) -> QPolicyFactory:
         return QPolicyFactory.from_params(self.params)
 
-    def sampling_settings(self, position: int, timesteps: int) -> dict[str, Any]:
+    def sampling_settings(self, position: int, timesteps: int) -> PolicySettings:
         p = self.params
-        return {"epsilon": worker_epsilon(self.epsilons[position], timesteps, p.epsilon_start, p.epsilon_timesteps)}
+        return PolicySettings(epsilon=worker_epsilon(self.epsilons[position], timesteps, p.epsilon_start,
+                                                     p.epsilon_timesteps))
 
     def local_model(self) -> QNetwork:
         return build_q_network(self.observation_space, self.action_space, self.params)
@@ -88,8 +89,8 @@ class ApexDQN(ShardedReplay[QNetwork]):
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
 
-    def evaluation_settings(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilons[-1]}  # what compute_actions explores with in this process too
+    def evaluation_settings(self) -> PolicySettings:
+        return PolicySettings(epsilon=self.epsilons[-1])  # what compute_actions explores with in this process too
 
     def policy_module(self) -> torch.nn.Module:
         return GreedyQ(copy.deepcopy(self.refreshed_local_model()).eval())

@@ -28,6 +28,7 @@ from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerPolicies
 from kuberl.trainer.sampling.sampler import Sampler
 from kuberl.trainer.sampling.seeds import evaluation_seeds
@@ -318,11 +319,11 @@ class Algorithm:
         """The evaluation envs' factory: spec.env with `env_config` merged over its config."""
         return EnvFactory(replace(self.env_settings, config={**self.env_settings.config, **(env_config or {})}))
 
-    def evaluation_settings(self) -> dict[str, Any]:
+    def evaluation_settings(self) -> PolicySettings:
         """What the evaluation actors' policy is configured with before it plays (`policy.configure`):
         the exploration the rollout workers act with now, for `evaluation.explore: true` (DQN and Ape-X:
         their epsilon; a policy left unconfigured would keep its starting one)."""
-        return {}
+        return PolicySettings()
 
     def evaluation_worker_class(self) -> type[EvaluationActor] | None:
         """The evaluation actor's class where it is not `kuberl.trainer.evaluation.actor.EvaluationWorker`."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +30,7 @@ from kuberl.trainer.models.greedy import GreedyQ
 from kuberl.trainer.models.q_network import build_q_network
 from kuberl.trainer.replay.local import LocalReplay
 from kuberl.trainer.sampling.policies import QPolicyFactory
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
 SCHEDULE_FILE = "dqn_schedule.json"
@@ -66,7 +66,7 @@ class DQN(Algorithm):
     def training_step(self) -> StepResult:
         assert self.sampler is not None
         epsilon = self.epsilon()
-        self.sampler.configure_policies(epsilon=epsilon)
+        self.sampler.configure_policies(PolicySettings(epsilon=epsilon))
         batches = self.collect()
         env_steps = sum(b.env_steps for b in batches)
         self.local_replay.add(batches)
@@ -89,8 +89,8 @@ class DQN(Algorithm):
             actions = np.where(random, self.np_random.integers(0, q.shape[1], len(actions)), actions)
         return actions
 
-    def evaluation_settings(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon()}
+    def evaluation_settings(self) -> PolicySettings:
+        return PolicySettings(epsilon=self.epsilon())
 
     def policy_module(self) -> nn.Module:
         return GreedyQ(copy.deepcopy(self.learner.online).cpu().eval())

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +37,7 @@ from kuberl.trainer.models.greedy import GreedyActor
 from kuberl.trainer.models.sac_networks import SquashedGaussianActor
 from kuberl.trainer.replay.local import LocalReplay
 from kuberl.trainer.sampling.policies import SACPolicyFactory
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.worker_set import WorkerSet
 
 SCHEDULE_FILE = "sac_schedule.json"
@@ -78,7 +78,7 @@ class SAC(Algorithm):
     # -- one iteration ----------------------------------------------------------------------------
     def training_step(self) -> StepResult:
         assert self.sampler is not None
-        self.sampler.configure_policies(uniform=self.timesteps < self.params.learning_starts)
+        self.sampler.configure_policies(PolicySettings(uniform=self.timesteps < self.params.learning_starts))
         batches = self.collect()
         env_steps = sum(b.env_steps for b in batches)
         self.local_replay.add(batches)
@@ -120,8 +120,8 @@ class ShardedSAC(ShardedReplay[SquashedGaussianActor]):
     def make_policy_factory(self) -> SACPolicyFactory:
         return SACPolicyFactory(EncoderSpec.from_params(self.params))
 
-    def sampling_settings(self, position: int, timesteps: int) -> dict[str, Any]:
-        return {"uniform": timesteps < self.params.learning_starts}
+    def sampling_settings(self, position: int, timesteps: int) -> PolicySettings:
+        return PolicySettings(uniform=timesteps < self.params.learning_starts)
 
     def local_model(self) -> SquashedGaussianActor:
         return SquashedGaussianActor(self.observation_space, self.action_space, EncoderSpec.from_params(self.params))

@@ -34,7 +34,6 @@ from kuberl.api.algorithms import REGISTRY
 from kuberl.trainer.algorithms.base import RETURN_WINDOW, Algorithm
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.placement import (
-    PLACEMENT_KEYS,
     cluster_rollout_slots,
     placement_by_node,
     rollout_actor_strategy,
@@ -46,7 +45,12 @@ from kuberl.trainer.distributed.shard_learner import (
     ShardLearner,
     ShardParams,
 )
-from kuberl.trainer.distributed.shard_worker import Priorities, ShardRolloutWorker, TransitionSettings
+from kuberl.trainer.distributed.shard_worker import (
+    Priorities,
+    ShardRolloutWorker,
+    TransitionSettings,
+    WorkerReport,
+)
 from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
 from kuberl.trainer.iteration_result import LearnerStats, NodePlacement, ReplayStats, StepResult
 from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
@@ -54,13 +58,10 @@ from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, frames_per_transition, replay_bytes
 from kuberl.trainer.replay.shard import start_replay_shard
 from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 
 log = logging.getLogger(__name__)
-
-# What a worker's report carries that the driver adds up or handles; the rest is the worker's state, shown as is.
-REPORT_TOTALS = frozenset({"worker", "envSteps", "sentBytes", "sentTransitions", "seconds", "episodes",
-                           "filterDelta", *PLACEMENT_KEYS})
 
 
 def shard_stats(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -86,10 +87,10 @@ class ShardedReplay(Algorithm, Generic[Model]):
         """The rollout workers' sampling policy."""
         raise NotImplementedError
 
-    def sampling_settings(self, position: int, timesteps: int) -> dict[str, Any]:
+    def sampling_settings(self, position: int, timesteps: int) -> PolicySettings:
         """What the policy of the worker at `position` is configured with when it starts and before each call,
         `timesteps` env steps into the run (Ape-X: its epsilon, after the warm-up; SAC: uniform until learning starts)."""
-        return {}
+        return PolicySettings()
 
     def local_model(self) -> Model:
         """The driver's copy of the model the learner publishes (what `compute_actions` and exports use)."""
@@ -127,7 +128,6 @@ class ShardedReplay(Algorithm, Generic[Model]):
         self.sampler.sync_filter(self.obs_filter.get_state())
         self.shard_restarts = 0
         self.last_shard_stats: dict[int, dict[str, Any]] = {}
-        self.worker_placements: dict[int, dict[str, str]] = {}  # worker index -> node, nodeIp, host
         self.worker_returns: dict[int, deque[float]] = {}
         self._local_model = self.local_model()
         self.known_updates = 0
@@ -208,7 +208,7 @@ class ShardedReplay(Algorithm, Generic[Model]):
         deadline = started + self.params.min_iteration_seconds
         env_steps = 0
         throttled = 0.0
-        per_worker: dict[int, dict[str, Any]] = {}
+        per_worker: dict[int, WorkerReport] = {}  # worker index -> its reports of this iteration as one
         while True:
             if self._workers_ahead(self.timesteps + env_steps):
                 throttled += 0.01
@@ -219,19 +219,16 @@ class ShardedReplay(Algorithm, Generic[Model]):
             if remaining <= 0 and env_steps > 0:
                 break
             for report in self.sampler.reports(timeout=max(remaining, 0.05)):
-                env_steps += report["envSteps"]
-                self.sent_bytes += report["sentBytes"]
-                self.sent_transitions += report["sentTransitions"]
-                self.obs_filter.apply_delta(report["filterDelta"])
+                env_steps += report.env_steps
+                self.sent_bytes += report.sent_bytes
+                self.sent_transitions += report.sent_transitions
+                self.obs_filter.apply_delta(report.filter_delta)
                 self.sampler.sync_filter(self.obs_filter.get_state())
-                self.record_episodes(report["episodes"])
-                self.worker_placements[report["worker"]] = {k: report[k] for k in PLACEMENT_KEYS if k in report}
-                mine = per_worker.setdefault(report["worker"], {"envSteps": 0, "seconds": 0.0})
-                window = self.worker_returns.setdefault(report["worker"], deque(maxlen=RETURN_WINDOW))
-                window.extend(e["return"] for e in report["episodes"])
-                mine["envSteps"] += report["envSteps"]
-                mine["seconds"] += report["seconds"]
-                mine.update({key: value for key, value in report.items() if key not in REPORT_TOTALS})
+                self.record_episodes(report.episodes)
+                earlier = per_worker.get(report.worker)
+                per_worker[report.worker] = report if earlier is None else report.after(earlier)
+                window = self.worker_returns.setdefault(report.worker, deque(maxlen=RETURN_WINDOW))
+                window.extend(e["return"] for e in report.episodes)
         replay = self._shard_stats()
         learner = ray.get(self.learner.take_stats.remote())
         if learner.get("error"):
@@ -243,12 +240,10 @@ class ShardedReplay(Algorithm, Generic[Model]):
         learner["replayRatio"] = trained / env_steps if env_steps else None
         self.reported_updates = learner["updates"]
         workers = {
-            f"worker_{index}": {
-                **stats, "envStepsPerSecond": stats["envSteps"] / elapsed if elapsed > 0 else 0.0,
-                "node": None, **self.worker_placements.get(index, {}),
-                "episodeReturnMean": float(np.mean(self.worker_returns[index])) if self.worker_returns.get(index) else None,
-            }
-            for index, stats in sorted(per_worker.items())
+            f"worker_{index}": report.to_json(
+                env_steps_per_second=report.env_steps / elapsed if elapsed > 0 else 0.0,
+                episode_return_mean=float(np.mean(self.worker_returns[index])) if self.worker_returns.get(index) else None)
+            for index, report in sorted(per_worker.items())
         }
         filled = [stats for stats in replay.values() if stats.get("adds")]  # the first add allocates a shard
         placement = placement_by_node({**workers, **replay})

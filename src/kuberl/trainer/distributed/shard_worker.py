@@ -14,17 +14,18 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from kuberl.trainer.distributed.errors import actor_died_errors
-from kuberl.trainer.distributed.placement import current_placement, placement_fields
+from kuberl.trainer.distributed.placement import Placement, current_placement, placement_fields
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.replay.frames import NStepRows
 from kuberl.trainer.replay.nstep import compact_transitions
 from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, SampleBatch, WorkerConfig
 
 # (policy, rollout batch, its n-step rows) -> |TD errors| as initial priorities; module-level, so it pickles.
@@ -45,14 +46,59 @@ class TransitionSettings:
     priorities: Priorities | None = None
 
 
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker's `run` call reports to the driver (no transitions): its env steps, the bytes and
+    transitions it sent, its seconds, the episodes it finished and its observation filter's statistics since
+    the driver's state (`filter_delta`, for the driver to merge); and its state: the weights version it acts
+    with, the weight updates and lost adds of its life so far, the settings its policy has, and its Ray node."""
+
+    worker: int
+    env_steps: int
+    sent_bytes: int
+    sent_transitions: int
+    seconds: float
+    episodes: list[dict[str, Any]]
+    policy_version: int
+    weight_updates: int
+    shard_errors: int
+    settings: PolicySettings
+    placement: Placement | None
+    filter_delta: RunningStats | None = None
+
+    def after(self, earlier: WorkerReport) -> WorkerReport:
+        """This report and an `earlier` one of the same worker in one iteration as one: env steps, bytes,
+        transitions, seconds and episodes added up, the rest (the worker's state, the filter delta) this one's."""
+        return replace(self, env_steps=earlier.env_steps + self.env_steps,
+                       sent_bytes=earlier.sent_bytes + self.sent_bytes,
+                       sent_transitions=earlier.sent_transitions + self.sent_transitions,
+                       seconds=earlier.seconds + self.seconds, episodes=[*earlier.episodes, *self.episodes])
+
+    def to_json(self, *, env_steps_per_second: float, episode_return_mean: float | None) -> dict[str, Any]:
+        """The worker's entry of a results line's `workers` (`worker_N`): the iteration's env steps and seconds
+        (`after` adds up its reports), its state, the driver's figures for it and its Ray node (node None
+        where it reported none)."""
+        return {
+            "envSteps": self.env_steps,
+            "seconds": self.seconds,
+            "policyVersion": self.policy_version,
+            "weightUpdates": self.weight_updates,
+            "shardErrors": self.shard_errors,
+            **self.settings.kwargs(),
+            "envStepsPerSecond": env_steps_per_second,
+            **(placement_fields(self.placement) or {"node": None}),
+            "episodeReturnMean": episode_return_mean,
+        }
+
+
 class ShardRolloutWorker:
     """A rollout worker that feeds replay shards directly and picks up weights when they are there."""
 
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int,
-                 policy_settings: dict[str, Any], *, transitions: TransitionSettings, learner: Any):
+                 policy_settings: PolicySettings, *, transitions: TransitionSettings, learner: Any):
         configure_cpu_threads()
         self.worker = RolloutWorker(config, policy_factory, worker_index)
-        self.policy_settings: dict[str, Any] = {}
+        self.policy_settings = PolicySettings()
         self._configure(policy_settings)
         self.priorities = transitions.priorities
         self.gamma = transitions.gamma
@@ -64,7 +110,7 @@ class ShardRolloutWorker:
         self.next_shard = worker_index
         self.adds_in_flight: deque[Any] = deque()
         self.shard_errors = 0
-        self.placement = placement_fields(current_placement())  # its Ray node, for its whole life
+        self.placement = current_placement()  # its Ray node, for its whole life
 
     def ready(self) -> bool:
         """Answered once the actor is built: what `ShardWorkerPool.wait_until_up` waits for."""
@@ -89,12 +135,12 @@ class ShardRolloutWorker:
             self.worker.set_weights(ray.get(refs[0]), version)
             self.weight_updates += 1
 
-    def _configure(self, settings: dict[str, Any]) -> None:
+    def _configure(self, settings: PolicySettings) -> None:
         """Pass the settings that changed to the policy's `configure` (epsilon; uniform until learning starts)."""
-        changed = {k: v for k, v in settings.items() if self.policy_settings.get(k) != v}
+        changed = settings.changed_from(self.policy_settings)
         if changed:
-            self.worker.configure_policy(**changed)
-            self.policy_settings.update(changed)
+            self.worker.configure_policy(changed)
+            self.policy_settings = self.policy_settings.updated(changed)
 
     def _wait_for_adds(self, limit: int) -> None:
         import ray
@@ -106,7 +152,7 @@ class ShardRolloutWorker:
                 self.shard_errors += 1  # those transitions are lost with the shard; the driver replaces it
 
     def run(self, fragments: int, shards: list[Any], filter_state: RunningStats | None = None,
-            policy_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+            policy_settings: PolicySettings | None = None) -> WorkerReport:
         """Sample `fragments` fragments into the shards; returns a small report (no transitions).
 
         `filter_state` is the driver's master observation filter (observation_filter: mean_std);
@@ -115,7 +161,8 @@ class ShardRolloutWorker:
         """
         if filter_state is not None:
             self.worker.set_filter(filter_state)
-        self._configure(policy_settings or {})
+        if policy_settings is not None:
+            self._configure(policy_settings)
         started = time.perf_counter()
         env_steps = 0
         sent_bytes = sent = 0
@@ -140,20 +187,12 @@ class ShardRolloutWorker:
             sent += len(transitions)
             env_steps += batch.env_steps
             episodes.extend(batch.episodes)
-        return {
-            "worker": self.worker.worker_index,
-            "envSteps": env_steps,
-            "sentBytes": sent_bytes,
-            "sentTransitions": sent,
-            "seconds": time.perf_counter() - started,
-            "episodes": episodes,
-            "policyVersion": self.worker.policy_version,
-            "weightUpdates": self.weight_updates,
-            "shardErrors": self.shard_errors,
-            **self.policy_settings,
-            **self.placement,  # node, nodeIp, host
-            "filterDelta": filter_delta,
-        }
+        return WorkerReport(
+            self.worker.worker_index, env_steps, sent_bytes, sent, time.perf_counter() - started, episodes,
+            policy_version=self.worker.policy_version, weight_updates=self.weight_updates,
+            shard_errors=self.shard_errors, settings=self.policy_settings, placement=self.placement,
+            filter_delta=filter_delta,
+        )
 
     def stop(self) -> None:
         self.worker.stop()

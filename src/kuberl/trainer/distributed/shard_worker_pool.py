@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.shard_worker import WorkerReport
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
 
@@ -77,7 +78,7 @@ class ShardWorkerPool:
             if position not in busy:
                 self.in_flight[actor.run.remote(*run_arguments(position, self.filter_state))] = position
 
-    def reports(self, timeout: float) -> list[dict[str, Any]]:
+    def reports(self, timeout: float) -> list[WorkerReport]:
         """The reports of run calls that finished within `timeout` (at least one, unless none did)."""
         import ray
 

@@ -26,6 +26,7 @@ from kuberl.trainer.multiagent.envs import multi_agent_factory, wrap_parallel
 from kuberl.trainer.multiagent.policy_map import PolicyMap
 from kuberl.trainer.multiagent.segments import Segment, column_keys, pack
 from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import (
     Policy,
     PolicyFactory,
@@ -126,9 +127,9 @@ class MultiAgentRolloutWorker:
     def set_filter(self, state: RunningStats | None) -> None:
         """Multi-agent runs keep no observation filter (validation refuses one)."""
 
-    def configure_policy(self, **settings: Any) -> None:
+    def configure_policy(self, settings: PolicySettings) -> None:
         for policy in self.policies.values():
-            policy.configure(**settings)  # type: ignore[attr-defined]
+            policy.configure(**settings.kwargs())  # type: ignore[attr-defined]
 
     def ping(self) -> int:
         return self.worker_index

@@ -16,6 +16,10 @@ class PolicySettings:
     epsilon: float | None = None
     uniform: bool | None = None
 
+    def __bool__(self) -> bool:
+        """Whether any field is set: a policy is configured with something (not every policy has `configure`)."""
+        return bool(self.kwargs())
+
     def kwargs(self) -> dict[str, float | bool]:
         """The fields that are set, in field order: the keyword arguments of the policy's `configure`."""
         return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}

@@ -32,6 +32,7 @@ from kuberl.trainer.sampling.atari_vector import RESETS
 from kuberl.trainer.sampling.env_groups import EnvGroup, group_slices
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.seeds import worker_seeds
 from kuberl.trainer.sampling.wrappers import WrapperSettings
 
@@ -192,9 +193,9 @@ class RolloutWorker:
     def set_filter(self, state: RunningStats | None) -> None:
         self.filter.set_state(state)
 
-    def configure_policy(self, **settings: Any) -> None:
+    def configure_policy(self, settings: PolicySettings) -> None:
         """Pass algorithm settings (such as DQN's epsilon) to the policy's `configure`."""
-        self.policy.configure(**settings)  # type: ignore[attr-defined]
+        self.policy.configure(**settings.kwargs())  # type: ignore[attr-defined]
 
     def ping(self) -> int:
         return self.worker_index

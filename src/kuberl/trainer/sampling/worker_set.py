@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.distributed.ray_runtime import ACTOR_OPTIONS
 from kuberl.trainer.sampling.filters import RunningStats
+from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import RolloutWorker, SampleBatch, WorkerConfig, WorkerPolicies
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ class Worker(Protocol):
 
     def set_filter(self, state: RunningStats | None) -> None: ...
 
-    def configure_policy(self, **settings: Any) -> None: ...
+    def configure_policy(self, settings: PolicySettings) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -49,7 +50,7 @@ class WorkerSet:
         self.actors: list[Any] = []
         self._weights: tuple[Any, int] | None = None  # (object ref or weights, version) for replacements
         self._filter_state: RunningStats | None = None
-        self._policy_settings: dict[str, Any] = {}
+        self._policy_settings = PolicySettings()  # every setting sent so far, for replacements
         if num_workers == 0:
             self.local_worker = self.worker_class(config, policy_factory, worker_index=0)
         else:
@@ -87,7 +88,7 @@ class WorkerSet:
         if self._filter_state is not None:
             actor.set_filter.remote(self._filter_state)
         if self._policy_settings:
-            actor.configure_policy.remote(**self._policy_settings)
+            actor.configure_policy.remote(self._policy_settings)
         self.actors[position] = actor
         self.restarts += 1
         log.warning("rollout worker %d died; replaced it (%d replacements so far)", position + 1, self.restarts)
@@ -132,13 +133,13 @@ class WorkerSet:
         for actor in self.actors:
             actor.set_filter.remote(state)
 
-    def configure_policies(self, **settings: Any) -> None:
-        self._policy_settings.update(settings)
+    def configure_policies(self, settings: PolicySettings) -> None:
+        self._policy_settings = self._policy_settings.updated(settings)
         if self.local_worker is not None:
-            self.local_worker.configure_policy(**settings)
+            self.local_worker.configure_policy(settings)
             return
         for actor in self.actors:
-            actor.configure_policy.remote(**settings)
+            actor.configure_policy.remote(settings)
 
     def stop(self) -> None:
         if self.local_worker is not None:
