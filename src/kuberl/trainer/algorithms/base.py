@@ -27,6 +27,7 @@ from kuberl.trainer.learning.schedules import anneal_horizon, anneal_lr
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
+from kuberl.trainer.sampling.episode_records import EpisodeRecord
 from kuberl.trainer.sampling.filters import make_filter, stats_from_bytes, stats_to_bytes
 from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerPolicies
@@ -83,7 +84,7 @@ class Algorithm:
         self.spec = experiment.spec
         self.params = params
         self.callbacks = callbacks
-        self.episode_sink: Callable[[dict[str, Any]], None] | None = None
+        self.episode_sink: Callable[[EpisodeRecord], None] | None = None
         self.iteration = 0
         self.timesteps = 0
         self.episodes = 0
@@ -191,15 +192,16 @@ class Algorithm:
         if self.sampler is not None:
             self.sampler.sync_filter(self.obs_filter.get_state())
 
-    def record_episodes(self, records: list[dict[str, Any]]) -> None:
-        """Count finished episodes, feed the return window, the sink and the callbacks."""
+    def record_episodes(self, records: list[EpisodeRecord]) -> None:
+        """Count finished episodes, feed the return window, the sink and the callbacks (`on_episode_end` gets a
+        copy of the record, so what it changes reaches nothing else)."""
         for record in records:
             self.episodes += 1
             record["episode"] = self.episodes
             self.return_window.append(record["return"])
             if self.episode_sink is not None:
                 self.episode_sink(record)
-            self.callbacks.on_episode_end(algorithm=self, episode=record)
+            self.callbacks.on_episode_end(algorithm=self, episode=dict(record))
 
     def forget_episodes(self) -> None:
         """Empty the return windows (the episode counter goes on): a run started from another run's checkpoint

@@ -24,6 +24,7 @@ from kuberl.trainer.distributed.placement import Placement, current_placement, p
 from kuberl.trainer.learning.device import configure_cpu_threads
 from kuberl.trainer.replay.frames import NStepRows
 from kuberl.trainer.replay.nstep import compact_transitions
+from kuberl.trainer.sampling.episode_records import EpisodeRecord
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory, RolloutWorker, SampleBatch, WorkerConfig
@@ -58,7 +59,7 @@ class WorkerReport:
     sent_bytes: int
     sent_transitions: int
     seconds: float
-    episodes: list[dict[str, Any]]
+    episodes: list[EpisodeRecord]
     policy_version: int
     weight_updates: int
     shard_errors: int
@@ -166,7 +167,7 @@ class ShardRolloutWorker:
         started = time.perf_counter()
         env_steps = 0
         sent_bytes = sent = 0
-        episodes: list[dict[str, Any]] = []
+        episodes: list[EpisodeRecord] = []
         filter_delta: RunningStats | None = None
         for _ in range(fragments):
             self._poll_weights()

@@ -45,6 +45,7 @@ from kuberl.trainer.multiagent.rollout_worker import (
     MultiAgentWorkerSet,
 )
 from kuberl.trainer.sampling.envs import EnvSpaces
+from kuberl.trainer.sampling.episode_records import EpisodeRecord
 from kuberl.trainer.sampling.policies import PolicyHeadFactory, PPOPolicyFactory
 from kuberl.trainer.sampling.rollout_worker import SampleBatch
 
@@ -81,7 +82,7 @@ class MultiAgentAlgorithm(Algorithm):
         return MultiAgentWorkerSet(self.worker_config(), policies, self.spec.rollouts.workers)
 
     # -- episodes and results ----------------------------------------------------------------------
-    def record_episodes(self, records: list[dict[str, Any]]) -> None:
+    def record_episodes(self, records: list[EpisodeRecord]) -> None:
         super().record_episodes(records)
         for record in records:
             for agent, played in record.get("agents", {}).items():

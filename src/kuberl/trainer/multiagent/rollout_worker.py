@@ -25,6 +25,7 @@ import numpy as np
 from kuberl.trainer.multiagent.envs import multi_agent_factory, wrap_parallel
 from kuberl.trainer.multiagent.policy_map import PolicyMap
 from kuberl.trainer.multiagent.segments import Segment, column_keys, pack
+from kuberl.trainer.sampling.episode_records import AgentEpisode, EpisodeRecord, StepRecord, episode_record
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.rollout_worker import (
@@ -32,7 +33,6 @@ from kuberl.trainer.sampling.rollout_worker import (
     PolicyFactory,
     SampleBatch,
     WorkerConfig,
-    episode_record,
 )
 from kuberl.trainer.sampling.seeds import worker_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
@@ -54,7 +54,7 @@ class MultiAgentPolicies:
 @dataclass
 class MultiAgentSampleBatch:
     policy_batches: dict[str, SampleBatch]  # per policy: its agents' steps, [T, M]
-    episodes: list[dict[str, Any]]
+    episodes: list[EpisodeRecord]
     env_steps: int
     agent_steps: dict[str, int]  # per policy
     worker: int
@@ -73,7 +73,7 @@ class EpisodeState:
     team_return: float = 0.0
     returns: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, int] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
 
 
 def agent_end(terminated: bool, truncated: bool, alive: bool, given: Any, acted_on: Any) -> tuple[bool, bool, Any]:
@@ -164,7 +164,7 @@ class MultiAgentRolloutWorker:
         segments: dict[str, list[Segment]] = {name: [] for name in self.map.names}
         active: list[dict[str, Segment]] = [{} for _ in self.envs]
         agent_steps = dict.fromkeys(self.map.names, 0)
-        episodes: list[dict[str, Any]] = []
+        episodes: list[EpisodeRecord] = []
         env_seconds = 0.0
         for t in range(length):
             actions, acted = self._act()
@@ -226,14 +226,14 @@ class MultiAgentRolloutWorker:
             sample_seconds=time.perf_counter() - started, env_seconds=env_seconds,
         )
 
-    def _finish_episode(self, i: int) -> dict[str, Any]:
+    def _finish_episode(self, i: int) -> EpisodeRecord:
         episode = self.episodes[i]
         self.episode_seq += 1
-        agents = {agent: {"policy": self._policy(agent), "return": ret, "length": episode.lengths[agent]}
-                  for agent, ret in episode.returns.items()}
-        record = episode_record(self, episode.team_return, episode.length, episode.start, time.time(), agents=agents)
-        if self.config.record_steps:
-            record["steps"] = episode.steps
+        agents: dict[str, AgentEpisode] = {
+            agent: {"policy": self._policy(agent), "return": ret, "length": episode.lengths[agent]}
+            for agent, ret in episode.returns.items()}
+        record = episode_record(self, episode.team_return, episode.length, episode.start, time.time(), agents=agents,
+                                steps=episode.steps if self.config.record_steps else None)
         self.episodes[i] = EpisodeState()
         return record
 

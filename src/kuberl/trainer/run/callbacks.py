@@ -27,8 +27,9 @@ class Callbacks:
     """The hooks the trainer calls; each default does nothing."""
 
     def on_episode_end(self, *, algorithm: Any, episode: dict[str, Any]) -> None:
-        """A training episode finished. `episode` is its trace record: experiment, worker, episode (the
-        count so far), env, return, length, policyVersion, startTime, endTime."""
+        """A training episode finished. `episode` is a copy of its trace record (`EpisodeRecord`): experiment,
+        worker, episode (the count so far), env, return, length, agents (a multi-agent episode's: each
+        agent's policy, return and length), policyVersion, startTime, endTime, steps (with traces.steps)."""
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any]) -> None:
         """A training iteration finished; `result` is the dict `train()` returns (iteration, timesteps,

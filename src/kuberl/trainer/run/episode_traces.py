@@ -3,9 +3,10 @@ rollout worker, opened at the worker's first episode."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kuberl.trainer.sampling.episode_records import EpisodeRecord
     from kuberl.trainer.storage.run import RunStorage
     from kuberl.trainer.storage.traces import TraceWriter
 
@@ -16,7 +17,7 @@ class EpisodeTraces:
         self.experiment_name = experiment_name
         self.writers: dict[str, TraceWriter] = {}
 
-    def __call__(self, record: dict[str, Any]) -> None:
+    def __call__(self, record: EpisodeRecord) -> None:
         worker = str(record.get("worker", 0))
         writer = self.writers.get(worker)
         if writer is None:

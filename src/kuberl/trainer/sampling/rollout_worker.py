@@ -31,6 +31,7 @@ from kuberl.trainer.sampling.atari import game_scores
 from kuberl.trainer.sampling.atari_vector import RESETS
 from kuberl.trainer.sampling.env_groups import EnvGroup, group_slices
 from kuberl.trainer.sampling.envs import EnvSettings, autoreset_mode, make_vector_env
+from kuberl.trainer.sampling.episode_records import EpisodeRecord, StepRecord, episode_record
 from kuberl.trainer.sampling.filters import RunningStats, make_filter
 from kuberl.trainer.sampling.policy_settings import PolicySettings
 from kuberl.trainer.sampling.seeds import worker_seeds
@@ -89,7 +90,7 @@ class WorkerConfig:
 @dataclass
 class SampleBatch:
     data: dict[str, np.ndarray]
-    episodes: list[dict[str, Any]]
+    episodes: list[EpisodeRecord]
     env_steps: int  # real transitions (valid rows)
     worker: int
     policy_version: int
@@ -122,33 +123,6 @@ def next_step_resets(info: dict[str, Any], done: np.ndarray) -> np.ndarray:
     return done if resets is None else np.asarray(resets, dtype=bool)
 
 
-class EpisodeCounter(Protocol):
-    """A rollout worker, as far as its episode records go."""
-
-    config: WorkerConfig
-    worker_index: int
-    episode_seq: int
-    policy_version: int
-
-
-def episode_record(worker: EpisodeCounter, episode_return: float, length: int, start: float, end: float,
-                   **extra: Any) -> dict[str, Any]:
-    """The trace record of the worker's episode number `episode_seq`; `extra` fields (such as per-agent returns)
-    follow its length."""
-    return {
-        "experiment": worker.config.experiment,
-        "worker": worker.worker_index,
-        "episode": worker.episode_seq,
-        "env": worker.config.env_id,
-        "return": episode_return,
-        "length": length,
-        **extra,
-        "policyVersion": worker.policy_version,
-        "startTime": start,
-        "endTime": end,
-    }
-
-
 class RolloutWorker:
     def __init__(self, config: WorkerConfig, policy_factory: PolicyFactory, worker_index: int = 0):
         self.config = config
@@ -177,7 +151,7 @@ class RolloutWorker:
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_length = np.zeros(n, dtype=np.int64)
         self.episode_start = np.full(n, time.time())
-        self.episode_steps: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+        self.episode_steps: list[list[StepRecord]] = [[] for _ in range(n)]
         self.episode_seq = 0
 
     @property
@@ -274,7 +248,7 @@ class RolloutWorker:
         group.obs = next_obs
         group.raw_obs = raw_next
 
-    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any], first: int = 0) -> list[dict[str, Any]]:
+    def _finish_episodes(self, done: np.ndarray, info: dict[str, Any], first: int = 0) -> list[EpisodeRecord]:
         """Episode records of the envs that finished one (`done` and `info` of the group whose first env is
         env `first`). An env that scores games ends an episode only with the game (not with a life), and its
         record holds the game's unclipped score."""
@@ -286,15 +260,14 @@ class RolloutWorker:
             self.episode_length[first + indices] = lengths[indices]
         indices = first + indices
         now = time.time()
-        records = []
+        records: list[EpisodeRecord] = []
         for i in indices:
             self.episode_seq += 1
-            record = episode_record(self, float(self.episode_return[i]), int(self.episode_length[i]),
-                                    float(self.episode_start[i]), now)
+            steps: list[StepRecord] | None = None
             if self.config.record_steps:
-                record["steps"] = self.episode_steps[i]
-                self.episode_steps[i] = []
-            records.append(record)
+                steps, self.episode_steps[i] = self.episode_steps[i], []
+            records.append(episode_record(self, float(self.episode_return[i]), int(self.episode_length[i]),
+                                          float(self.episode_start[i]), now, steps=steps))
         self.episode_return[indices] = 0.0
         self.episode_length[indices] = 0
         if self.same_step_reset:
@@ -321,7 +294,7 @@ class _Fragment:
         self.valid = np.empty((length, num_envs), dtype=bool)
         self.actions: np.ndarray = np.empty(0)
         self.extras: dict[str, np.ndarray] = {}
-        self.episodes: list[dict[str, Any]] = []
+        self.episodes: list[EpisodeRecord] = []
         self.env_seconds = 0.0  # sending steps and waiting for them
         self._num_envs = num_envs
 

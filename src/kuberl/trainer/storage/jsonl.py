@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def dumps_record(record: dict[str, Any]) -> str:
+def dumps_record(record: Mapping[str, Any]) -> str:
     """One JSON Lines line (no newline) for a result or episode record."""
     try:
         return json.dumps(record, default=_json_default, separators=(",", ":"), allow_nan=False)

@@ -19,11 +19,14 @@ import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kuberl.trainer.storage.background import BackgroundWriter
 from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.jsonl import dumps_record, parse_jsonl
+
+if TYPE_CHECKING:
+    from kuberl.trainer.sampling.episode_records import EpisodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +112,7 @@ class TraceWriter:
     def last_error(self) -> Exception | None:
         return self._writer.last_error
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: EpisodeRecord) -> None:
         """Buffer one record; never touches the store."""
         line = dumps_record(record)
         with self._lock:
