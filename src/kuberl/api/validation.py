@@ -469,3 +469,48 @@ def load_manifest(text: str, *, overrides: list[str] | None = None, source: str 
     if overrides:
         doc = apply_overrides(doc, overrides)
     return validate_document(doc)
+
+
+def load_stored_manifest(text: str, *, overrides: list[str] | None = None, source: str = "manifest") -> RLExperiment:
+    """A manifest kuberl stored with a run (a checkpoint's experiment.yaml), with any Python names its
+    hyperparameters were once written in (num_epochs) read as the manifest's (numEpochs): earlier versions
+    accepted both, and a checkpoint must stay loadable. A user's manifest goes through `load_manifest`, where a
+    Python name is an error."""
+    doc = in_manifest_names(parse_yaml(text, source))
+    if overrides:
+        doc = apply_overrides(doc, overrides)
+    return validate_document(doc)
+
+
+def in_manifest_names(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with the Python names in spec.config and each policy's config renamed to the algorithm's manifest
+    names; everything else, unknown keys included, as it was."""
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or spec.get("algorithm") not in REGISTRY:
+        return doc
+    params_cls = REGISTRY[spec["algorithm"]].hyperparams
+    spec = {**spec, "config": _renamed_to_aliases(spec["config"], params_cls)} if "config" in spec else dict(spec)
+    multi_agent = spec.get("multiAgent")
+    if isinstance(multi_agent, dict) and isinstance(multi_agent.get("policies"), list):
+        policies = [{**policy, "config": _renamed_to_aliases(policy.get("config"), params_cls)}
+                    if isinstance(policy, dict) and "config" in policy else policy
+                    for policy in multi_agent["policies"]]
+        spec["multiAgent"] = {**multi_agent, "policies": policies}
+    return {**doc, "spec": spec}
+
+
+def _renamed_to_aliases(data: Any, model: type[BaseModel]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    renamed: dict[str, Any] = {}
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        name = field.alias if field is not None and field.alias else key
+        if field is None:
+            field = next((f for f in model.model_fields.values() if f.alias == key), None)
+        nested = _model_in(field.annotation) if field is not None else None
+        if nested is not None:
+            value = ([_renamed_to_aliases(item, nested) for item in value] if isinstance(value, list)
+                     else _renamed_to_aliases(value, nested))
+        renamed[name] = value
+    return renamed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kuberl.api.validation import fail, load_manifest
+from kuberl.api.validation import fail, load_stored_manifest
 
 
 def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = None) -> tuple[Any, Any]:
@@ -20,7 +20,7 @@ def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = 
     overrides = ["rollouts.workers=0"]
     if seed is not None:
         overrides.append(f"config.seed={seed}")
-    experiment = load_manifest(files["experiment.yaml"].decode(), overrides=overrides, source=f"{info.uri}/experiment.yaml")
+    experiment = load_stored_manifest(files["experiment.yaml"].decode(), overrides=overrides, source=f"{info.uri}/experiment.yaml")
     algo = algorithm_config_for(experiment).build()
     try:
         algo.set_state(files)
