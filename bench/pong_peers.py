@@ -122,7 +122,8 @@ while True:
     games = runners.get("game_returns") or []
     print(json.dumps({"timesteps": int(result.get("num_env_steps_sampled_lifetime")
                                        or runners.get("num_env_steps_sampled_lifetime") or 0),
-                      "games": [float(g) for g in (games if isinstance(games, list) else [games])]}), flush=True)
+                      "games": [float(g) for g in (games if isinstance(games, list) else [games])],
+                      "episodes_lifetime": runners.get("num_episodes_lifetime")}), flush=True)
 '''
 
 CLEANRL_EPISODE = re.compile(r"global_step=(\d+), episodic_return=\[?([-0-9.e+]+)\]?")
@@ -164,12 +165,15 @@ class SampleFactoryReport:
 class RLlibGames(GameWindow):
     """The RLlib script's lines: one per iteration, with the env steps and the returns of the games it finished."""
 
+    peer_count: int | None = None
+
     def __call__(self, line: str) -> tuple[int, float, int] | None:
         if not line.startswith("{"):
             return None
         row = json.loads(line)
         self.recent.extend(row["games"])
         self.games += len(row["games"])
+        self.peer_count = row.get("episodes_lifetime")  # RLlib's own count, against which games is checked
         return (row["timesteps"], sum(self.recent) / len(self.recent), self.games) if self.recent else None
 
 
@@ -299,7 +303,8 @@ def run_peer(peer: str, seed: int, goal: float, cap: float, max_steps: int | Non
         **head, f"minutes_to_{goal:g}": None if reached is None else round(reached[0] / 60, 2),
         f"env_steps_to_{goal:g}": None if reached is None else reached[1],
         "final_score": None if last is None else round(last[2], 2), "final_timesteps": None if last is None else last[1],
-        "games": None if last is None else last[3], "wall_seconds": round(wall, 1), "stopped": stopped,
+        "games": None if last is None else last[3], "games_by_peer": getattr(command.parse, "peer_count", None),
+        "wall_seconds": round(wall, 1), "stopped": stopped,
         "env_steps_per_second": None if last is None else round(last[1] / last[0], 1),
         "curve": thin(points),
     }

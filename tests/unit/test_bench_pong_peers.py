@@ -32,6 +32,9 @@ def test_rllib_lines_give_the_mean_of_the_last_100_games_across_iterations():
     assert games("2026-01-01 INFO worker.py: started") is None
     assert games('{"timesteps": 2048, "games": [-21.0, -20.0]}') == (2048, -20.5, 2)
     assert games(json.dumps({"timesteps": 4096, "games": [21.0] * 99})) == (4096, 21.0 - 41 / 100, 101)
+    assert games.peer_count is None  # the line had no RLlib count
+    games(json.dumps({"timesteps": 5120, "games": [21.0], "episodes_lifetime": 103}))
+    assert (games.games, games.peer_count) == (102, 103)  # both kept for the summary, so a gap shows
 
 
 def test_thin_keeps_one_point_a_period_and_the_last():
