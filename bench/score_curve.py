@@ -3,7 +3,8 @@
 `train_to_score` is the loop bench/gpu.py (Pong on one GPU) and bench/pong.py (Pong on this machine's CPUs)
 share: every `algo.train()` result becomes one row (wall seconds since the build started, env steps, episodes,
 the 100-episode mean, where the iteration's time went, the learner's stats, and what `extra_row` adds); the run
-ends at the first row with at least 100 episodes and a mean >= `goal`, or past `cap_seconds`. `summary` gives
+ends at the first row with at least 100 episodes and a mean >= `goal`, past `cap_seconds`, or at the end of the
+iteration during which SIGINT or SIGTERM came (Ctrl-C keeps the curve so far: its summary says "interrupted"). `summary` gives
 the figures every such bench prints (minutes_to_<goal> and env steps to it, null where not reached), and
 `plot_score` draws the score against wall time and against env steps.
 """
@@ -11,6 +12,8 @@ the figures every such bench prints (minutes_to_<goal> and env steps to it, null
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ class ScoreRun:
     rows: list[dict[str, Any]]
     reached: dict[str, Any] | None  # the first row at the goal
     build_seconds: float
+    interrupted: bool = False  # stopped by SIGINT or SIGTERM before the goal or the cap
 
 
 def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every: int = 20,
@@ -35,6 +39,9 @@ def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every:
     built = time.monotonic() - started
     rows: list[dict[str, Any]] = []
     reached = None
+    interrupted = threading.Event()
+    # Installed after the build, over whatever handler the trainer set, and put back after the loop.
+    previous = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while True:
             tick = time.monotonic()
@@ -54,11 +61,13 @@ def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every:
             if mean is not None and episodes >= 100 and mean >= goal:
                 reached = row
                 break
-            if now - started > cap_seconds:
+            if now - started > cap_seconds or interrupted.is_set():
                 break
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         algo.stop()
-    return ScoreRun(rows, reached, built)
+    return ScoreRun(rows, reached, built, interrupted=interrupted.is_set() and reached is None)
 
 
 def summary(run: ScoreRun, goal: float) -> dict[str, Any]:
@@ -71,6 +80,7 @@ def summary(run: ScoreRun, goal: float) -> dict[str, Any]:
         "final_score": last["score100"], "final_timesteps": last["timesteps"], "episodes": last["episodes"],
         "wall_seconds": round(last["seconds"], 1), "build_seconds": round(run.build_seconds, 1),
         "env_steps_per_second": round(last["timesteps"] / last["seconds"], 1),
+        **({"stopped": "interrupted"} if run.interrupted else {}),
     }
 
 

@@ -1,0 +1,51 @@
+"""bench/score_curve.py: a long benchmark stopped with Ctrl-C or SIGTERM ends its iteration and keeps its curve."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from bench.score_curve import summary, train_to_score
+
+
+class FakeAlgorithm:
+    """An algorithm whose third iteration receives SIGINT, as a user's Ctrl-C would arrive mid-iteration."""
+
+    def __init__(self) -> None:
+        self.iterations = 0
+        self.stopped = False
+
+    def train(self) -> dict:
+        self.iterations += 1
+        if self.iterations == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return {"episodeReturnMean": -21.0 + self.iterations, "episodes": 100 * self.iterations,
+                "timesteps": 1024 * self.iterations, "sampler": {}, "learner": {}}
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class FakeConfig:
+    def __init__(self) -> None:
+        self.algorithm = FakeAlgorithm()
+
+    def build(self) -> FakeAlgorithm:
+        return self.algorithm
+
+
+def test_sigint_ends_the_run_after_its_iteration_with_the_curve_kept() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    config = FakeConfig()
+    run = train_to_score(config, goal=18.0, cap_seconds=3600.0, print_every=1000)
+    assert [row["timesteps"] for row in run.rows] == [1024, 2048, 3072]
+    assert run.interrupted and run.reached is None and config.algorithm.stopped
+    assert summary(run, 18.0)["stopped"] == "interrupted"
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is back
+
+
+def test_a_run_at_its_goal_ends_there_unmarked() -> None:
+    config = FakeConfig()
+    run = train_to_score(config, goal=-19.0, cap_seconds=3600.0, print_every=1000)
+    assert len(run.rows) == 2 and run.reached is run.rows[-1] and not run.interrupted
+    assert "stopped" not in summary(run, -19.0)
