@@ -7,12 +7,9 @@ multi-agent episode's), policyVersion, startTime, endTime, steps (with traces.st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NotRequired, Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 from kuberl.trainer.iteration_result import JsonValue
-
-if TYPE_CHECKING:
-    from kuberl.trainer.sampling.rollout_worker import WorkerConfig
 
 
 class StepRecord(TypedDict):
@@ -50,10 +47,22 @@ class _Agents(TypedDict, total=False):
     agents: dict[str, AgentEpisode]
 
 
+class RunNames(Protocol):
+    """A worker's config, as far as its episode records go (WorkerConfig)."""
+
+    @property
+    def experiment(self) -> str: ...
+
+    @property
+    def env_id(self) -> str: ...
+
+
 class EpisodeCounter(Protocol):
     """A rollout worker, as far as its episode records go."""
 
-    config: WorkerConfig
+    @property
+    def config(self) -> RunNames: ...
+
     worker_index: int
     episode_seq: int
     policy_version: int
