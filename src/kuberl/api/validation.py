@@ -465,7 +465,10 @@ def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperime
 
 def load_manifest(text: str, *, overrides: list[str] | None = None, source: str = "manifest") -> RLExperiment:
     """Parse, override and validate manifest text; raises ManifestError."""
-    doc = parse_yaml(text, source)
+    return _overridden_and_validated(parse_yaml(text, source), overrides)
+
+
+def _overridden_and_validated(doc: dict[str, Any], overrides: list[str] | None) -> RLExperiment:
     if overrides:
         doc = apply_overrides(doc, overrides)
     return validate_document(doc)
@@ -476,10 +479,7 @@ def load_stored_manifest(text: str, *, overrides: list[str] | None = None, sourc
     hyperparameters were once written in (num_epochs) read as the manifest's (numEpochs): earlier versions
     accepted both, and a checkpoint must stay loadable. A user's manifest goes through `load_manifest`, where a
     Python name is an error."""
-    doc = in_manifest_names(parse_yaml(text, source))
-    if overrides:
-        doc = apply_overrides(doc, overrides)
-    return validate_document(doc)
+    return _overridden_and_validated(in_manifest_names(parse_yaml(text, source)), overrides)
 
 
 def in_manifest_names(doc: dict[str, Any]) -> dict[str, Any]:
