@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with 
 from atari import RLLIB_APPO  # noqa: E402
 from pong_peers import PEERS, run_peer, thin  # noqa: E402
 from rllib_runner import DEFAULT_PYTHON, run_rllib  # noqa: E402
-from score_curve import plot_score, scored_points, summary, train_to_score  # noqa: E402
+from score_curve import plot_score, scored_points, summary, train_to_score, worst_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pong-ppo-cpu.yaml"
@@ -183,7 +183,7 @@ def main() -> int:
                f"ALE/Pong-v5 from pixels (sticky actions {sticky}), {os.cpu_count()} cores, no GPU",
                args.out / "pong.png")
     reached = [s["minutes_to_18"] for s in kuberl]
-    worst = max(kuberl, key=lambda s: (s["minutes_to_18"] is None, s["minutes_to_18"] or 0, -s["final_score"]))
+    worst = worst_seed(kuberl, GOAL)
     final = {"worst_seed": worst["seed"], "minutes_to_18": None if None in reached else max(reached),
              "env_steps_to_18": worst["env_steps_to_18"], "final_score": worst["final_score"],
              "sticky_actions": sticky, "seeds": seeds,

@@ -58,13 +58,13 @@ CURVE_POINTS_EVERY = 30.0  # seconds between the curve points a run keeps (and i
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL to a peer's process group
 
 # kuberl's PPO values for images (kuberl.api.defaults, "cleanrl-ppo-atari", with PPOParams' gamma, GAE lambda and
-# value clip) and examples/pong-ppo-cpu.yaml (8 envs x 128 steps on 2 cores, the rate annealed over stop.timesteps:
-# 10M) in RLlib 2.60's names. kuberl has no KL penalty (use_kl_loss off) and normalizes the advantages.
+# value clip) as examples/pong-ppo-cpu.yaml sets them (8 envs x 128 steps on 2 cores, minibatches of 128, the rate
+# annealed over stop.timesteps: 10M) in RLlib 2.60's names (tests/unit/test_bench_pong_peers.py holds them equal). kuberl has no KL penalty (use_kl_loss off) and normalizes the advantages.
 # Its sampling in 2 env runners of 4 envs each keeps the batch (8 x 128) and steps the games on both cores.
 RLLIB_PPO_KUBERL: dict[str, Any] = {
     "training": {"lr": [[0, 2.5e-4], [10_000_000, 0.0]], "gamma": 0.99, "lambda_": 0.95, "clip_param": 0.1,
                  "vf_clip_param": 10.0, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01, "num_epochs": 4,
-                 "minibatch_size": 256, "train_batch_size_per_learner": 1024, "grad_clip": 0.5,
+                 "minibatch_size": 128, "train_batch_size_per_learner": 1024, "grad_clip": 0.5,
                  "grad_clip_by": "global_norm", "use_kl_loss": False, "kl_coeff": 0.0},
     "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "rollout_fragment_length": 128},
     # The Nature CNN with valid padding (84 -> 20 -> 9 -> 7); RLlib's CNN encoder ends at the flattened conv

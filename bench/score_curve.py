@@ -84,6 +84,18 @@ def summary(run: ScoreRun, goal: float) -> dict[str, Any]:
     }
 
 
+def worst_seed(summaries: list[dict[str, Any]], goal: float) -> dict[str, Any]:
+    """The seed that counts: any that did not reach the goal before those that did, the lowest final score among
+    them (a run stopped before it had a score lowest of all), else the slowest to the goal."""
+    minutes = f"minutes_to_{goal:g}"
+
+    def badness(seed: dict[str, Any]) -> tuple[bool, float, float]:
+        score = seed["final_score"]
+        return seed[minutes] is None, seed[minutes] or 0.0, -score if score is not None else float("inf")
+
+    return max(summaries, key=badness)
+
+
 def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: float | None, title: str,
                path: Path, *, score_label: str = "100-game mean score",
                steps_label: str = "env steps (millions; 4 frames each)") -> None:

@@ -1,14 +1,19 @@
 """bench/pong_peers.py: each peer's output read into (env steps, 100-game mean, games), and a peer stopped at the
-goal (never before 100 games), at its env-step cap, or refused with what is missing."""
+goal (never before 100 games), at its env-step cap, or refused with what is missing; the RLlib PPO peer trains
+with the CPU Pong example's PPO values."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from bench import pong_peers
 from bench.pong_peers import GameWindow, PeerCommand, RLlibGames, SampleFactoryReport, run_peer, thin
+
+from kuberl.api.validation import hyperparams_for, load_manifest
+from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
 
 def test_cleanrl_lines_give_the_mean_of_the_last_100_games():
@@ -83,3 +88,20 @@ def test_a_peer_that_is_not_installed_is_refused_with_why(monkeypatch):
 def test_an_unknown_peer_is_named():
     with pytest.raises(ValueError, match="--peer: 'dopamine'"):
         pong_peers.peer_command("dopamine", 1, 0.0, pong_peers.ROOT)
+
+
+def test_rllib_ppo_peer_trains_with_the_cpu_pong_examples_ppo_values():
+    example = Path(__file__).parents[2] / "examples" / "pong-ppo-cpu.yaml"
+    resolved, defaults = resolve_task_defaults(load_manifest(example.read_text()), measure=False, cores=2)
+    assert defaults is not None and defaults.kind == "image"
+    params, spec = hyperparams_for(resolved), resolved.spec
+    training = pong_peers.RLLIB_PPO_KUBERL["training"]
+    runners = pong_peers.RLLIB_PPO_KUBERL["env_runners"]
+    assert training["lr"] == [[0, params.lr], [spec.stop.timesteps, 0.0]] and params.anneal_lr
+    assert (training["minibatch_size"], training["num_epochs"], training["clip_param"], training["entropy_coeff"],
+            training["vf_loss_coeff"], training["grad_clip"], training["gamma"], training["lambda_"]) == \
+        (params.minibatch_size, params.num_epochs, params.clip_param, params.entropy_coeff, params.vf_coeff,
+         params.grad_clip, params.gamma, params.gae_lambda)
+    assert training["train_batch_size_per_learner"] == spec.rollouts.envs_per_worker * spec.rollouts.fragment_length
+    assert runners["num_env_runners"] * runners["num_envs_per_env_runner"] == spec.rollouts.envs_per_worker
+    assert runners["rollout_fragment_length"] == spec.rollouts.fragment_length

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from bench.score_curve import summary, train_to_score
+from bench.score_curve import summary, train_to_score, worst_seed
 
 
 class FakeAlgorithm:
@@ -49,3 +49,14 @@ def test_a_run_at_its_goal_ends_there_unmarked() -> None:
     run = train_to_score(config, goal=-19.0, cap_seconds=3600.0, print_every=1000)
     assert len(run.rows) == 2 and run.reached is run.rows[-1] and not run.interrupted
     assert "stopped" not in summary(run, -19.0)
+
+
+def _seed(seed: int, minutes: float | None, score: float | None) -> dict[str, object]:
+    return {"seed": seed, "minutes_to_18": minutes, "final_score": score}
+
+
+def test_the_worst_seed_is_one_that_missed_the_goal_then_the_lowest_score_then_the_slowest():
+    assert worst_seed([_seed(1, 40.0, 18.1), _seed(2, 73.5, 18.0), _seed(3, 36.3, 18.0)], 18)["seed"] == 2
+    assert worst_seed([_seed(1, 90.0, 18.0), _seed(2, None, 17.2), _seed(3, None, 12.0)], 18)["seed"] == 3
+    # a run stopped before its first 100 games has no score: it missed the goal by the most
+    assert worst_seed([_seed(1, None, 17.24), _seed(2, None, None), _seed(3, 36.3, 18.0)], 18)["seed"] == 2
