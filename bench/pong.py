@@ -108,8 +108,7 @@ def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> fl
 def worst_line(summaries: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
     """The last line: the worst seed's figures (minutes_to_18 null unless every seed reached 18) and the CPU."""
     reached = [s.get("minutes_to_18") for s in summaries]
-    worst = max(summaries, key=lambda s: (s.get("minutes_to_18") is None, s.get("minutes_to_18") or 0,
-                                           -(s.get("final_score") if s.get("final_score") is not None else -99)))
+    worst = worst_seed(summaries, GOAL)
     return {"system": worst["system"], "worst_seed": worst["seed"],
             "minutes_to_18": None if None in reached else max(reached),
             "env_steps_to_18": worst.get("env_steps_to_18"), "final_score": worst.get("final_score"),

@@ -90,8 +90,8 @@ def worst_seed(summaries: list[dict[str, Any]], goal: float) -> dict[str, Any]:
     minutes = f"minutes_to_{goal:g}"
 
     def badness(seed: dict[str, Any]) -> tuple[bool, float, float]:
-        score = seed["final_score"]
-        return seed[minutes] is None, seed[minutes] or 0.0, -score if score is not None else float("inf")
+        score = seed.get("final_score")
+        return seed.get(minutes) is None, seed.get(minutes) or 0.0, -score if score is not None else float("inf")
 
     return max(summaries, key=badness)
 
