@@ -59,7 +59,8 @@ STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL to a peer's process gro
 
 # kuberl's PPO values for images (kuberl.api.defaults, "cleanrl-ppo-atari", with PPOParams' gamma, GAE lambda and
 # value clip) as examples/pong-ppo-cpu.yaml sets them (8 envs x 128 steps on 2 cores, minibatches of 128, the rate
-# annealed over stop.timesteps: 10M) in RLlib 2.60's names (tests/unit/test_bench_pong_peers.py holds them equal). kuberl has no KL penalty (use_kl_loss off) and normalizes the advantages.
+# annealed over stop.timesteps: 10M) in RLlib 2.60's names; tests/unit/test_bench_pong_peers.py holds them equal.
+# kuberl has no KL penalty (use_kl_loss off) and normalizes the advantages.
 # Its sampling in 2 env runners of 4 envs each keeps the batch (8 x 128) and steps the games on both cores.
 RLLIB_PPO_KUBERL: dict[str, Any] = {
     "training": {"lr": [[0, 2.5e-4], [10_000_000, 0.0]], "gamma": 0.99, "lambda_": 0.95, "clip_param": 0.1,
