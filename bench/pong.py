@@ -15,7 +15,8 @@ Writes pong-<system>-seed<N>.json (the summary and every iteration's row) and po
 minutes and env steps, every run); prints one JSON line per run and, last, one with the worst kuberl seed's
 minutes_to_18 (null if a seed did not reach it), env_steps_to_18, final_score, sticky_actions and the CPU
 (cpu_model, cpu_bf16: native bfloat16, cpu_flags), and RLlib's score at the minute the slowest kuberl seed
-reached 18.
+reached 18. SIGINT or SIGTERM (`kill PID`) ends the kuberl or peer run under way, keeps its curve, and starts no
+other.
 
 With --peer, a peer alone instead of kuberl (bench/pong_peers.py: each its own program from its own venv, made by
 `make bench-deps-pong-peers`), on each of --seeds in turn, with the same goal, cap and sticky actions 0.0:
@@ -38,6 +39,7 @@ import json
 import os
 import platform
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with 
 from atari import RLLIB_APPO  # noqa: E402
 from pong_peers import PEERS, run_peer, thin  # noqa: E402
 from rllib_runner import DEFAULT_PYTHON, run_rllib  # noqa: E402
-from score_curve import plot_score, scored_points, summary, train_to_score, worst_seed  # noqa: E402
+from score_curve import plot_score, scored_points, stop_requests, summary, train_to_score, worst_seed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pong-ppo-cpu.yaml"
@@ -59,13 +61,13 @@ def machine() -> dict[str, Any]:
             "loadAverageAtStart": round(os.getloadavg()[0], 2)}
 
 
-def kuberl_seed(seed: int, cap: float, overrides: list[str]) -> dict[str, Any]:
+def kuberl_seed(seed: int, cap: float, overrides: list[str], stop: threading.Event) -> dict[str, Any]:
     from kuberl.trainer.algorithms.config import AlgorithmConfig
 
     config = AlgorithmConfig.from_manifest(EXAMPLE, [f"config.seed={seed}", *overrides])
     sticky = config.document["spec"]["env"].get("config", {}).get("repeat_action_probability", 0.25)
     load = machine()
-    run = train_to_score(config, GOAL, cap)
+    run = train_to_score(config, GOAL, cap, stop=stop)
     curve = scored_points(run.rows)
     result = {"system": "kuberl", "seed": seed, **summary(run, GOAL), "sticky_actions": sticky,
               "cap_seconds": cap, "overrides": overrides, **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2),
@@ -73,9 +75,9 @@ def kuberl_seed(seed: int, cap: float, overrides: list[str]) -> dict[str, Any]:
     return {"summary": result, "curve": curve, "rows": run.rows}
 
 
-def peer_seed(peer: str, seed: int, cap: float, max_steps: int | None) -> dict[str, Any]:
+def peer_seed(peer: str, seed: int, cap: float, max_steps: int | None, stop: threading.Event) -> dict[str, Any]:
     load = machine()
-    run = run_peer(peer, seed, GOAL, cap, max_steps)
+    run = run_peer(peer, seed, GOAL, cap, max_steps, stop=stop)
     result = {**run["summary"], **load, "loadAverageAtEnd": round(os.getloadavg()[0], 2)}
     return {"summary": result, "curve": [point[:3] for point in run["points"]]}
 
@@ -118,19 +120,40 @@ def worst_line(summaries: list[dict[str, Any]], seeds: list[int]) -> dict[str, A
             **{key: worst.get(key) for key in ("cpu_model", "cpu_bf16", "cpu_flags")}, "curve": worst.get("curve")}
 
 
-def run_peers(args: argparse.Namespace, seeds: list[int]) -> list[dict[str, Any]]:
-    """--peer: the peer alone on each seed; its lines, the last one the worst seed's."""
+def run_peers(args: argparse.Namespace, seeds: list[int], stop: threading.Event) -> list[dict[str, Any]]:
+    """--peer: the peer alone on each seed until one is interrupted; its lines, the last one the worst seed's."""
     lines, runs = [], {}
     for seed in seeds:
-        run = peer_seed(args.peer, seed, args.cap, args.steps)
+        if stop.is_set():
+            break
+        run = peer_seed(args.peer, seed, args.cap, args.steps, stop)
         (args.out / f"pong-{args.peer}-seed{seed}.json").write_text(json.dumps(run, indent=0))
         runs[f"{args.peer} seed {seed}"] = run
         lines.append(run["summary"])
         print(json.dumps(run["summary"]), flush=True)
+    if not lines:
+        return []
     plot_score({name: [tuple(p) for p in run["curve"]] for name, run in runs.items()}, GOAL,
                f"Pong from pixels (sticky actions 0.0), {args.peer}, {os.cpu_count()} cores, no GPU",
                args.out / f"pong-{args.peer}.png")
-    return [*lines, worst_line(lines, seeds)]
+    return [*lines, worst_line(lines, [line["seed"] for line in lines])]
+
+
+def kuberl_runs(args: argparse.Namespace, seeds: list[int], stop: threading.Event) -> dict[str, dict[str, Any]]:
+    """kuberl on each seed in turn (or its run already in --out), until one is interrupted."""
+    runs: dict[str, dict[str, Any]] = {}
+    for seed in seeds:
+        path = args.out / f"pong-kuberl-seed{seed}.json"
+        if args.only_rllib or (args.reuse and path.exists()):
+            runs[f"kuberl PPO seed {seed}"] = json.loads(path.read_text())
+            continue
+        if stop.is_set():
+            break
+        run = kuberl_seed(seed, args.cap, args.set, stop)
+        path.write_text(json.dumps(run, indent=0))
+        runs[f"kuberl PPO seed {seed}"] = run
+        print(json.dumps(run["summary"]), flush=True)
+    return runs
 
 
 def main() -> int:
@@ -150,25 +173,22 @@ def main() -> int:
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.peer:
-        lines = run_peers(args, seeds)
-        print(json.dumps(lines[-1]), flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(lines, indent=1))
-        return 0 if all("error" not in line for line in lines) else 1
-    runs: dict[str, dict[str, Any]] = {}
-    for seed in seeds:
-        path = args.out / f"pong-kuberl-seed{seed}.json"
-        if args.only_rllib or (args.reuse and path.exists()):
-            runs[f"kuberl PPO seed {seed}"] = json.loads(path.read_text())
-            continue
-        run = kuberl_seed(seed, args.cap, args.set)
-        path.write_text(json.dumps(run, indent=0))
-        runs[f"kuberl PPO seed {seed}"] = run
-        print(json.dumps(run["summary"]), flush=True)
+    # SIGINT or SIGTERM ends the kuberl or peer run under way (it keeps its curve) and starts no other.
+    with stop_requests() as stop:
+        if args.peer:
+            lines = run_peers(args, seeds, stop)
+            if not lines:
+                return 1
+            if args.json:
+                args.json.write_text(json.dumps(lines, indent=1))
+            print(json.dumps(lines[-1]), flush=True)
+            return 0 if all("error" not in line for line in lines) else 1
+        runs = kuberl_runs(args, seeds, stop)
     kuberl = [run["summary"] for run in runs.values()]
+    if not kuberl:
+        return 1
     sticky = kuberl[0]["sticky_actions"]
-    if args.rllib or args.only_rllib:
+    if (args.rllib or args.only_rllib) and not stop.is_set():  # RLlib stops at its own cap
         for seed in [int(s) for s in args.rllib_seeds.split(",")] if args.rllib_seeds else seeds:
             path = args.out / f"pong-rllib-seed{seed}.json"
             if args.reuse and path.exists():
@@ -185,7 +205,8 @@ def main() -> int:
     worst = worst_seed(kuberl, GOAL)
     final = {"worst_seed": worst["seed"], "minutes_to_18": None if None in reached else max(reached),
              "env_steps_to_18": worst["env_steps_to_18"], "final_score": worst["final_score"],
-             "sticky_actions": sticky, "seeds": seeds,
+             "sticky_actions": sticky, "seeds": [line["seed"] for line in kuberl],
+             **({"stopped": "interrupted"} if stop.is_set() else {}),
              **{key: worst.get(key) for key in ("cpu_model", "cpu_bf16", "cpu_flags")}}
     if None not in reached:
         final["rllib_score_at_that_minute"] = {name: score_at(curve_of(run), max(reached) * 60)

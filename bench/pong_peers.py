@@ -24,16 +24,18 @@ ALE_PY_ROM_DIR=.bench-peers/roms.
 Every peer is run as a subprocess in its own session, its stdout read line by line as it comes: the clock starts
 when it is launched (imports and builds included, as kuberl's includes its build), and it is stopped (its whole
 process group) at the first of: a 100-game mean >= the goal with at least 100 games seen, the cap in seconds, the
-env-step cap (smoke runs). An env step is one agent step (4 frames) for every peer.
+env-step cap (smoke runs), SIGINT or SIGTERM to the bench (the run is kept, marked "interrupted"). An env step is one agent step (4 frames) for every peer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script or with -m: its sibling modules
+from score_curve import stop_requests  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS_DIR = ROOT / ".bench-peers"
@@ -58,14 +63,14 @@ CURVE_POINTS_EVERY = 30.0  # seconds between the curve points a run keeps (and i
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL to a peer's process group
 
 # kuberl's PPO values for images (kuberl.api.defaults, "cleanrl-ppo-atari", with PPOParams' gamma, GAE lambda and
-# value clip) as examples/pong-ppo-cpu.yaml sets them (8 envs x 128 steps on 2 cores, minibatches of 128, the rate
-# annealed over stop.timesteps: 10M) in RLlib 2.60's names; tests/unit/test_bench_pong_peers.py holds them equal.
+# value clip) as examples/pong-ppo-cpu.yaml sets them (8 envs x 128 steps on 2 cores, minibatches of 64, the rate
+# annealed over stop.timesteps: 2M) in RLlib 2.60's names; tests/unit/test_bench_pong_peers.py holds them equal.
 # kuberl has no KL penalty (use_kl_loss off) and normalizes the advantages.
 # Its sampling in 2 env runners of 4 envs each keeps the batch (8 x 128) and steps the games on both cores.
 RLLIB_PPO_KUBERL: dict[str, Any] = {
-    "training": {"lr": [[0, 2.5e-4], [10_000_000, 0.0]], "gamma": 0.99, "lambda_": 0.95, "clip_param": 0.1,
+    "training": {"lr": [[0, 2.5e-4], [2_000_000, 0.0]], "gamma": 0.99, "lambda_": 0.95, "clip_param": 0.1,
                  "vf_clip_param": 10.0, "vf_loss_coeff": 0.5, "entropy_coeff": 0.01, "num_epochs": 4,
-                 "minibatch_size": 128, "train_batch_size_per_learner": 1024, "grad_clip": 0.5,
+                 "minibatch_size": 64, "train_batch_size_per_learner": 1024, "grad_clip": 0.5,
                  "grad_clip_by": "global_norm", "use_kl_loss": False, "kl_coeff": 0.0},
     "env_runners": {"num_env_runners": 2, "num_envs_per_env_runner": 4, "rollout_fragment_length": 128},
     # The Nature CNN with valid padding (84 -> 20 -> 9 -> 7); RLlib's CNN encoder ends at the flattened conv
@@ -254,9 +259,10 @@ def stop_group(proc: subprocess.Popen[str]) -> None:
 
 
 def run_peer(peer: str, seed: int, goal: float, cap: float, max_steps: int | None,
-             sticky: float = 0.0) -> dict[str, Any]:
+             sticky: float = 0.0, stop: threading.Event | None = None) -> dict[str, Any]:
     """Train `peer` on `seed` until a 100-game mean >= `goal` (100 games at least where the peer counts them),
-    `cap` seconds or `max_steps` env steps; the summary (as bench/pong.py's for kuberl) and the full curve."""
+    `cap` seconds, `max_steps` env steps or a signal (which also sets `stop`, the caller's event that ends a
+    series of runs); the summary (as bench/pong.py's for kuberl) and the full curve."""
     with tempfile.TemporaryDirectory(prefix=f"kuberl-pong-{peer}-") as tmp:
         command = peer_command(peer, seed, sticky, Path(tmp))
         head = {"system": peer, "peer": peer, "peer_version": command.version, "seed": seed,
@@ -277,9 +283,17 @@ def run_peer(peer: str, seed: int, goal: float, cap: float, max_steps: int | Non
             capped.set()
             stop_group(proc)
 
+        def interrupt() -> None:  # in the signal handler: no waiting there, the loop below ends as the pipe closes
+            if stop is not None:
+                stop.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+
         timer = threading.Timer(cap, at_cap)
         timer.start()
-        try:
+        with stop_requests(on_stop=interrupt) as interrupted, contextlib.ExitStack() as cleanup:
+            cleanup.callback(stop_group, proc)
+            cleanup.callback(timer.cancel)
             assert proc.stdout is not None
             for line in proc.stdout:
                 tail.append(line.rstrip())
@@ -294,11 +308,9 @@ def run_peer(peer: str, seed: int, goal: float, cap: float, max_steps: int | Non
                 if max_steps is not None and steps >= max_steps:
                     stopped = "steps"
                     break
-        finally:
-            timer.cancel()
-            stop_group(proc)
         wall = time.monotonic() - started
-    stopped = "cap" if capped.is_set() and stopped == "exit" else stopped
+    if stopped == "exit":
+        stopped = "interrupted" if interrupted.is_set() else "cap" if capped.is_set() else stopped
     last = points[-1] if points else None
     summary = {
         **head, f"minutes_to_{goal:g}": None if reached is None else round(reached[0] / 60, 2),

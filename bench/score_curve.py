@@ -11,11 +11,12 @@ the figures every such bench prints (minutes_to_<goal> and env steps to it, null
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,42 +33,61 @@ class ScoreRun:
 
 
 def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every: int = 20,
-                   extra_row: Callable[[float], dict[str, Any]] | None = None) -> ScoreRun:
-    """Build `config` (a kuberl AlgorithmConfig) and train it to `goal` or `cap_seconds` of wall time."""
+                   extra_row: Callable[[float], dict[str, Any]] | None = None,
+                   stop: threading.Event | None = None) -> ScoreRun:
+    """Build `config` (a kuberl AlgorithmConfig) and train it to `goal` or `cap_seconds` of wall time; a signal
+    during the run also sets `stop`, the caller's event that ends a whole series of runs."""
     started = time.monotonic()
     algo = config.build()
     built = time.monotonic() - started
     rows: list[dict[str, Any]] = []
     reached = None
-    interrupted = threading.Event()
     # Installed after the build, over whatever handler the trainer set, and put back after the loop.
-    previous = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with stop_requests(on_stop=stop.set if stop is not None else None) as interrupted:
+        try:
+            while True:
+                tick = time.monotonic()
+                result = algo.train()
+                now = time.monotonic()
+                mean, episodes = result["episodeReturnMean"], result["episodes"]
+                learner = result.get("learner", {})
+                row = {"seconds": now - started, "timesteps": result["timesteps"], "episodes": episodes,
+                       "score100": mean, "iterationSeconds": now - tick,
+                       "sampleSeconds": result["sampler"].get("sampleSeconds"),
+                       "envSeconds": result["sampler"].get("envSeconds"),
+                       **{k: learner.get(k) for k in LEARNER_KEYS}, **(extra_row(tick) if extra_row else {})}
+                rows.append(row)
+                if len(rows) % print_every == 1:
+                    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
+                          flush=True)
+                if mean is not None and episodes >= 100 and mean >= goal:
+                    reached = row
+                    break
+                if now - started > cap_seconds or interrupted.is_set() or (stop is not None and stop.is_set()):
+                    break
+        finally:
+            algo.stop()
+    stopped = interrupted.is_set() or (stop is not None and stop.is_set())
+    return ScoreRun(rows, reached, built, interrupted=stopped and reached is None)
+
+
+@contextlib.contextmanager
+def stop_requests(on_stop: Callable[[], None] | None = None) -> Iterator[threading.Event]:
+    """While inside: SIGINT and SIGTERM set the event (and call `on_stop`) instead of ending the process, so a long
+    bench keeps what it measured and runs nothing after; the handlers before come back on the way out."""
+    requested = threading.Event()
+
+    def request(*_: Any) -> None:
+        requested.set()
+        if on_stop is not None:
+            on_stop()
+
+    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while True:
-            tick = time.monotonic()
-            result = algo.train()
-            now = time.monotonic()
-            mean, episodes = result["episodeReturnMean"], result["episodes"]
-            learner = result.get("learner", {})
-            row = {"seconds": now - started, "timesteps": result["timesteps"], "episodes": episodes,
-                   "score100": mean, "iterationSeconds": now - tick,
-                   "sampleSeconds": result["sampler"].get("sampleSeconds"),
-                   "envSeconds": result["sampler"].get("envSeconds"),
-                   **{k: learner.get(k) for k in LEARNER_KEYS}, **(extra_row(tick) if extra_row else {})}
-            rows.append(row)
-            if len(rows) % print_every == 1:
-                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}),
-                      flush=True)
-            if mean is not None and episodes >= 100 and mean >= goal:
-                reached = row
-                break
-            if now - started > cap_seconds or interrupted.is_set():
-                break
+        yield requested
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        algo.stop()
-    return ScoreRun(rows, reached, built, interrupted=interrupted.is_set() and reached is None)
 
 
 def summary(run: ScoreRun, goal: float) -> dict[str, Any]:

@@ -1,11 +1,15 @@
 """bench/pong_peers.py: each peer's output read into (env steps, 100-game mean, games), and a peer stopped at the
-goal (never before 100 games), at its env-step cap, or refused with what is missing; the RLlib PPO peer trains
-with the CPU Pong example's PPO values."""
+goal (never before 100 games), at its env-step cap or at a signal, or refused with what is missing; the RLlib PPO
+peer trains with the CPU Pong example's PPO values."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +109,13 @@ def test_rllib_ppo_peer_trains_with_the_cpu_pong_examples_ppo_values():
     assert training["train_batch_size_per_learner"] == spec.rollouts.envs_per_worker * spec.rollouts.fragment_length
     assert runners["num_env_runners"] * runners["num_envs_per_env_runner"] == spec.rollouts.envs_per_worker
     assert runners["rollout_fragment_length"] == spec.rollouts.fragment_length
+
+
+def test_a_signal_stops_the_peers_whole_process_group_and_keeps_its_curve(monkeypatch):
+    _fake_peer(monkeypatch, GAMES)
+    stop = threading.Event()
+    threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM)).start()  # as `kill PID` on the bench would
+    started = time.monotonic()
+    run = run_peer("cleanrl", 1, goal=21.0, cap=120.0, max_steps=None, stop=stop)["summary"]
+    assert run["stopped"] == "interrupted" and stop.is_set()
+    assert run["final_timesteps"] == 300_000 and time.monotonic() - started < 300  # a hang guard: not its 600 s sleep

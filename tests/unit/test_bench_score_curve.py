@@ -1,11 +1,13 @@
-"""bench/score_curve.py: a long benchmark stopped with Ctrl-C or SIGTERM ends its iteration and keeps its curve."""
+"""bench/score_curve.py: a long benchmark stopped with Ctrl-C or SIGTERM ends its iteration, keeps its curve and
+starts no further run."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
-from bench.score_curve import summary, train_to_score, worst_seed
+from bench.score_curve import stop_requests, summary, train_to_score, worst_seed
 
 
 class FakeAlgorithm:
@@ -60,3 +62,21 @@ def test_the_worst_seed_is_one_that_missed_the_goal_then_the_lowest_score_then_t
     assert worst_seed([_seed(1, 90.0, 18.0), _seed(2, None, 17.2), _seed(3, None, 12.0)], 18)["seed"] == 3
     # a run stopped before its first 100 games has no score: it missed the goal by the most
     assert worst_seed([_seed(1, None, 17.24), _seed(2, None, None), _seed(3, 36.3, 18.0)], 18)["seed"] == 2
+
+
+def test_a_signal_during_a_run_also_sets_the_series_stop_and_a_set_stop_ends_the_next_run() -> None:
+    stop = threading.Event()
+    first = train_to_score(FakeConfig(), goal=18.0, cap_seconds=3600.0, print_every=1000, stop=stop)
+    assert first.interrupted and stop.is_set()
+    second = FakeConfig()
+    run = train_to_score(second, goal=18.0, cap_seconds=3600.0, print_every=1000, stop=stop)
+    assert len(run.rows) == 1 and run.interrupted and second.algorithm.stopped
+
+
+def test_stop_requests_calls_back_and_puts_the_handler_back() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    called = []
+    with stop_requests(on_stop=lambda: called.append(True)) as requested:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert requested.wait(5.0)
+    assert called == [True] and signal.getsignal(signal.SIGTERM) is before
