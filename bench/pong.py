@@ -107,14 +107,14 @@ def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> fl
     return before[-1] if before else None
 
 
-def worst_line(summaries: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
+def worst_line(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The last line: the worst seed's figures (minutes_to_18 null unless every seed reached 18) and the CPU."""
     reached = [s.get("minutes_to_18") for s in summaries]
     worst = worst_seed(summaries, GOAL)
     return {"system": worst["system"], "worst_seed": worst["seed"],
             "minutes_to_18": None if None in reached else max(reached),
             "env_steps_to_18": worst.get("env_steps_to_18"), "final_score": worst.get("final_score"),
-            "sticky_actions": worst["sticky_actions"], "seeds": seeds,
+            "sticky_actions": worst["sticky_actions"], "seeds": [s["seed"] for s in summaries],
             **{key: worst.get(key) for key in ("peer_version", "env_steps_per_second", "stopped", "error")
                if key in worst},
             **{key: worst.get(key) for key in ("cpu_model", "cpu_bf16", "cpu_flags")}, "curve": worst.get("curve")}
@@ -136,7 +136,7 @@ def run_peers(args: argparse.Namespace, seeds: list[int], stop: threading.Event)
     plot_score({name: [tuple(p) for p in run["curve"]] for name, run in runs.items()}, GOAL,
                f"Pong from pixels (sticky actions 0.0), {args.peer}, {os.cpu_count()} cores, no GPU",
                args.out / f"pong-{args.peer}.png")
-    return [*lines, worst_line(lines, [line["seed"] for line in lines])]
+    return [*lines, worst_line(lines)]
 
 
 def kuberl_runs(args: argparse.Namespace, seeds: list[int], stop: threading.Event) -> dict[str, dict[str, Any]]:

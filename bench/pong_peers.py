@@ -24,7 +24,8 @@ ALE_PY_ROM_DIR=.bench-peers/roms.
 Every peer is run as a subprocess in its own session, its stdout read line by line as it comes: the clock starts
 when it is launched (imports and builds included, as kuberl's includes its build), and it is stopped (its whole
 process group) at the first of: a 100-game mean >= the goal with at least 100 games seen, the cap in seconds, the
-env-step cap (smoke runs), SIGINT or SIGTERM to the bench (the run is kept, marked "interrupted"). An env step is one agent step (4 frames) for every peer.
+env-step cap (smoke runs), SIGINT or SIGTERM to the bench (the run is kept, marked "interrupted"). An env step
+is one agent step (4 frames) for every peer.
 """
 
 from __future__ import annotations
@@ -284,14 +285,12 @@ def run_peer(peer: str, seed: int, goal: float, cap: float, max_steps: int | Non
             stop_group(proc)
 
         def interrupt() -> None:  # in the signal handler: no waiting there, the loop below ends as the pipe closes
-            if stop is not None:
-                stop.set()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
 
         timer = threading.Timer(cap, at_cap)
         timer.start()
-        with stop_requests(on_stop=interrupt) as interrupted, contextlib.ExitStack() as cleanup:
+        with stop_requests(stop, on_stop=interrupt) as interrupted, contextlib.ExitStack() as cleanup:
             cleanup.callback(stop_group, proc)
             cleanup.callback(timer.cancel)
             assert proc.stdout is not None

@@ -43,7 +43,7 @@ def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every:
     rows: list[dict[str, Any]] = []
     reached = None
     # Installed after the build, over whatever handler the trainer set, and put back after the loop.
-    with stop_requests(on_stop=stop.set if stop is not None else None) as interrupted:
+    with stop_requests(stop) as interrupted:
         try:
             while True:
                 tick = time.monotonic()
@@ -63,19 +63,20 @@ def train_to_score(config: Any, goal: float, cap_seconds: float, *, print_every:
                 if mean is not None and episodes >= 100 and mean >= goal:
                     reached = row
                     break
-                if now - started > cap_seconds or interrupted.is_set() or (stop is not None and stop.is_set()):
+                if now - started > cap_seconds or interrupted.is_set():
                     break
         finally:
             algo.stop()
-    stopped = interrupted.is_set() or (stop is not None and stop.is_set())
-    return ScoreRun(rows, reached, built, interrupted=stopped and reached is None)
+    return ScoreRun(rows, reached, built, interrupted=interrupted.is_set() and reached is None)
 
 
 @contextlib.contextmanager
-def stop_requests(on_stop: Callable[[], None] | None = None) -> Iterator[threading.Event]:
-    """While inside: SIGINT and SIGTERM set the event (and call `on_stop`) instead of ending the process, so a long
-    bench keeps what it measured and runs nothing after; the handlers before come back on the way out."""
-    requested = threading.Event()
+def stop_requests(requested: threading.Event | None = None,
+                  on_stop: Callable[[], None] | None = None) -> Iterator[threading.Event]:
+    """While inside: SIGINT and SIGTERM set `requested` (a new event if none is given; a caller's event ends a
+    series of runs) and call `on_stop`, instead of ending the process, so a long bench keeps what it measured and
+    runs nothing after; the handlers before come back on the way out."""
+    requested = requested if requested is not None else threading.Event()
 
     def request(*_: Any) -> None:
         requested.set()
