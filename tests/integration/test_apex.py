@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -110,23 +112,37 @@ def test_checkpoint_round_trip_gives_the_same_actions(tmp_path) -> None:
         fresh.stop()
 
 
-def test_a_shard_slow_to_report_its_stats_keeps_its_last_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_shard_slow_to_report_its_stats_keeps_its_last_figures(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """On an overloaded node a shard may take longer than the stats timeout to answer: training goes on."""
     from kuberl.trainer.algorithms import sharded
 
     algo = _config(learning_starts=500).build()
     try:
         before = shard_stats(algo.train())
-        # Each shard is busy for ten times the stats timeout: its stats wait behind it. (The iteration waits
-        # too: its workers' adds queue behind the same call.)
+        # Each shard is busy until the test releases it, so its stats call (queued behind, from the same
+        # caller) cannot answer in time however slow this machine is. The stats are read on their own here:
+        # a whole iteration would wait for the workers, whose adds queue behind the same busy call.
+        release = str(tmp_path / "release")
+
+        def busy_until_released(actor: object) -> None:  # defined here so that Ray ships it by value
+            deadline = time.monotonic() + 120.0  # a hang guard only
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
         for shard in algo.shards:
-            shard.__ray_call__.remote(lambda actor: time.sleep(5.0))
+            shard.__ray_call__.remote(busy_until_released)
         monkeypatch.setattr(sharded, "SHARD_STATS_TIMEOUT_S", 0.5)
-        result = algo.train()
-        stale = shard_stats(result)
+        stale = algo._shard_stats()
         assert set(stale) == {"shard_0", "shard_1"}
         assert all(stats["stale"] for stats in stale.values())
         assert [s["size"] for s in stale.values()] == [s["size"] for s in before.values()]
+        Path(release).touch()
+        result = algo.train()  # the busy shards answer again: fresh figures, nothing replaced
+        fresh = shard_stats(result)
+        assert not any(stats.get("stale") for stats in fresh.values())
+        assert all(fresh[name]["size"] >= before[name]["size"] for name in before)
         assert result["sampler"]["shardRestarts"] == 0
     finally:
         algo.stop()
+
