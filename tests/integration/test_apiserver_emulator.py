@@ -173,6 +173,27 @@ async def test_finalizers_and_owner_reference_garbage_collection(api):
     assert (await call(s, "GET", "/api/v1/namespaces/ns/configmaps/cm"))[0] == 404
 
 
+async def test_a_dependent_created_after_its_owner_was_deleted_is_collected(api):
+    """A controller that read its owner just before the owner went creates an orphan: the GC removes it."""
+    _, s = api
+    _, owner = await call(s, "POST", RLX, {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+                                           "metadata": {"name": "gone"}, "spec": {}})
+    ref = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "name": "gone",
+           "uid": owner["metadata"]["uid"], "controller": True}
+    await call(s, "DELETE", f"{RLX}/gone")
+    late = pod("late")
+    late["metadata"]["ownerReferences"] = [ref]
+    code, created = await call(s, "POST", PODS, late)
+    assert code == 201 and created["metadata"]["uid"]
+    assert (await call(s, "GET", f"{PODS}/late"))[0] == 404
+    _, live = await call(s, "POST", RLX, {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+                                          "metadata": {"name": "live"}, "spec": {}})
+    kept = pod("kept")
+    kept["metadata"]["ownerReferences"] = [ref, {**ref, "name": "live", "uid": live["metadata"]["uid"]}]
+    await call(s, "POST", PODS, kept)
+    assert (await call(s, "GET", f"{PODS}/kept"))[0] == 200  # one owner left is enough
+
+
 async def test_crds_created_through_the_api_are_served(api):
     _, s = api
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -156,6 +156,12 @@ class ObjectStore:
         if rtype.kind == "Event" and len(bucket) > MAX_EVENT_OBJECTS:
             ns, oldest = next(iter(bucket))
             self._remove(rtype, (rtype.group, rtype.plural, ns, oldest), bucket[(ns, oldest)], orphan=True)
+        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        if owners and not owners & self.index.uids:
+            # The garbage collector also removes a dependent created after its owners were deleted (a
+            # controller that read the owner just before it went): it finds no owner and deletes it.
+            with contextlib.suppress(ApiError):
+                self.delete(rtype, meta.get("namespace"), name, orphan=False)
         return created
 
     def _ensure_namespace(self, namespace: str) -> None:
