@@ -156,8 +156,7 @@ class ObjectStore:
         if rtype.kind == "Event" and len(bucket) > MAX_EVENT_OBJECTS:
             ns, oldest = next(iter(bucket))
             self._remove(rtype, (rtype.group, rtype.plural, ns, oldest), bucket[(ns, oldest)], orphan=True)
-        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
-        if owners and not owners & self.index.uids:
+        if self._owners_gone(obj):
             # The garbage collector also removes a dependent created after its owners were deleted (a
             # controller that read the owner just before it went): it finds no owner and deletes it.
             with contextlib.suppress(ApiError):
@@ -264,13 +263,17 @@ class ObjectStore:
             self._collect_garbage(obj["metadata"]["uid"])
         return gone
 
+    def _owners_gone(self, obj: dict[str, Any]) -> bool:
+        """Whether the object has owners and none of them exists any more."""
+        owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
+        return bool(owners) and not owners & self.index.uids
+
     def _collect_garbage(self, owner_uid: str) -> None:
         """Delete the dependents whose owners are all gone (the garbage collector, background policy)."""
         for group, plural, ns, name in sorted(self.index.dependents.pop(owner_uid, set())):
             obj = self.index.get((group, plural, ns, name))
             if obj is None:
                 continue
-            owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []}
-            if not (owners & self.index.uids):
+            if self._owners_gone(obj):
                 with contextlib.suppress(ApiError):
                     self.delete(self.types[(group, plural)], ns or None, name, orphan=False)
