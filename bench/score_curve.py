@@ -119,30 +119,39 @@ def worst_seed(summaries: list[dict[str, Any]], goal: float) -> dict[str, Any]:
 
 def plot_score(curves: dict[str, list[tuple[float, int | None, float]]], goal: float | None, title: str,
                path: Path, *, score_label: str = "100-game mean score",
-               steps_label: str = "env steps (millions; 4 frames each)") -> None:
+               steps_label: str = "env steps (millions; 4 frames each)",
+               styles: dict[str, dict[str, Any]] | None = None, wall_marks: tuple[float, ...] = (),
+               legend_fontsize: float = 8, legend_loc: str = "best", size: tuple[float, float] = (11, 4), dpi: int = 110) -> None:
     """`curves`: name -> [(wall seconds, env steps or None, score)]; the score against minutes and env steps,
-    with the goal (if any) as a dashed line."""
+    with the goal (if any) as a dashed line. `styles`: name -> matplotlib line keywords for that curve;
+    `wall_marks`: minutes marked on the wall-time axis (a time goal). With more than 6 curves the legend is
+    drawn once, on the env-steps axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=size)
     for name, points in curves.items():
-        axes[0].plot([s / 60 for s, _, v in points], [v for _, _, v in points], label=name)
+        style = (styles or {}).get(name, {})
+        axes[0].plot([s / 60 for s, _, v in points], [v for _, _, v in points], label=name, **style)
         stepped = [(n, v) for _, n, v in points if n is not None]
         if stepped:
-            axes[1].plot([n / 1e6 for n, _ in stepped], [v for _, v in stepped], label=name)
+            axes[1].plot([n / 1e6 for n, _ in stepped], [v for _, v in stepped], label=name, **style)
+    for minutes in wall_marks:
+        axes[0].axvline(minutes, color="tab:green", linestyle=":", alpha=0.5)
     for ax, label in ((axes[0], "wall minutes (build included)"), (axes[1], steps_label)):
         if goal is not None:
             ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(label)
         ax.set_ylabel(score_label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if len(curves) <= 6 or ax is axes[1]:
+            ax.legend(fontsize=legend_fontsize, loc=legend_loc)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
 
 
 def scored_points(rows: list[dict[str, Any]]) -> list[tuple[float, int | None, float]]:
