@@ -18,7 +18,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from score_curve import plot_score, scored_points  # noqa: E402
+from pong import curve_of  # noqa: E402
+from score_curve import plot_score  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCS_FIGURE = Path(__file__).resolve().parents[1] / "docs" / "pong_cpu_avx2.png"
@@ -47,7 +48,7 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("pong-rllib-ppo-seed1-2h.json", "RLlib 2.60 PPO, kuberl's values, AVX2 CPU, seed 1",
      {"c": "tab:brown", "lw": 1.5}),
     ("pong-sample-factory-seed1-2h.json", "Sample Factory 2.1.1 APPO, its Atari settings, AVX2 CPU, seed 1",
-     {"c": "tab:pink", "lw": 1.5}),
+     {"c": "navy", "lw": 1.5}),
     ("pong-cleanrl-envpool-seed1-2h.json", "CleanRL ppo_atari_envpool.py, AVX2 CPU, seed 1",
      {"c": "tab:orange", "lw": 1.5}),
 ]
@@ -58,10 +59,7 @@ def curve_in(saved: Any) -> Curve:
     if isinstance(saved, list):  # a peer's lines: the run's own line carries "peer"
         run = next(line for line in saved if line.get("peer"))
         return [(minutes * 60, steps, score) for minutes, steps, score in run["curve"]]
-    points = saved["curve"]
-    if points and isinstance(points[0], dict):
-        return scored_points(points)
-    return [(seconds, steps, score) for seconds, steps, score in points]
+    return curve_of(saved)
 
 
 def with_cap(name: str, label: str) -> str:

@@ -109,10 +109,10 @@ def score_at(curve: list[tuple[float, int | None, float]], seconds: float) -> fl
 
 def worst_line(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The last line: the worst seed's figures (minutes_to_18 null unless every seed reached 18) and the CPU."""
-    reached = [s.get("minutes_to_18") for s in summaries]
+    reached: list[float | None] = [s.get("minutes_to_18") for s in summaries]
     worst = worst_seed(summaries, GOAL)
     return {"system": worst["system"], "worst_seed": worst["seed"],
-            "minutes_to_18": None if None in reached else max(reached),
+            "minutes_to_18": None if None in reached else max(m for m in reached if m is not None),
             "env_steps_to_18": worst.get("env_steps_to_18"), "final_score": worst.get("final_score"),
             "sticky_actions": worst["sticky_actions"], "seeds": [s["seed"] for s in summaries],
             **{key: worst.get(key) for key in ("peer_version", "env_steps_per_second", "stopped", "error")

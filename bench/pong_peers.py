@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,7 +234,8 @@ def peer_command(peer: str, seed: int, sticky: float, workdir: Path) -> PeerComm
     raise ValueError(f"--peer: {peer!r} is not one of {', '.join(PEERS)}")
 
 
-def thin(points: list[tuple[float, int, float, int | None]], every: float = CURVE_POINTS_EVERY) -> list[list[Any]]:
+def thin(points: Sequence[tuple[float, int | None, float, int | None]],
+         every: float = CURVE_POINTS_EVERY) -> list[list[Any]]:
     """[minutes, env steps, 100-game mean] at most one per `every` seconds, and the last point."""
     kept: list[list[Any]] = []
     last = -every

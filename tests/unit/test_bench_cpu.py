@@ -40,9 +40,16 @@ def test_rllib_figures_carry_the_cpu_of_the_side_that_launched_them(tmp_path):
     assert "exited 3" in run["error"] and {key: run[key] for key in here} == here
 
 
+# Scripts that measure nothing on this machine: they redraw runs kept in bench/results/, and each run's label names
+# the CPU it ran on (tests/unit/test_bench_plot_pong.py holds them to it).
+REDRAW_SAVED_RUNS = {"plot_pong.py"}
+
+
 def test_every_bench_script_names_its_cpu():
     """A script that prints or writes figures (it has a main) takes the CPU from kuberl.trainer.cpu."""
     scripts = [path for path in sorted(BENCH.glob("*.py")) if re.search(r"^def main\(", path.read_text(), re.M)]
     assert len(scripts) > 10
-    silent = [path.name for path in scripts if not re.search(r"\bcpu_(summary|caption)\(", path.read_text())]
+    assert {path.name for path in scripts} >= REDRAW_SAVED_RUNS
+    silent = [path.name for path in scripts if path.name not in REDRAW_SAVED_RUNS
+              and not re.search(r"\bcpu_(summary|caption)\(", path.read_text())]
     assert silent == []

@@ -42,3 +42,7 @@ def test_the_figure_is_written(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("sys.argv", ["plot_pong.py", "--out", str(out)])
     assert plot_pong.main() == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_run_in_the_figure_names_the_kind_of_cpu_it_ran_on() -> None:
+    assert [label for _, label, _ in plot_pong.RUNS if "AVX2 CPU" not in label and "bf16 CPU" not in label] == []
