@@ -37,6 +37,8 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
      {"lw": 1.2, "c": "tab:cyan"}),
     *[(f"pong-cpu-avx2-mb64-anneal2m-seed{seed}.json", f"{EXAMPLE}, seed {seed}",
        {"lw": 2, "c": "tab:olive", "ls": ls}) for seed, ls in ((1, "-"), (2, "--"), (3, "-."))],
+    ("pong-cpu-bf16-mb64-anneal2m-seed1.json", "kuberl, bf16 CPU (avx512_bf16), the example, seed 1",
+     {"lw": 2, "c": "tab:pink"}),
     ("pong-cpu-avx2-mb256-seed3-milestones.json", "kuberl, AVX2 CPU, minibatches of 256, seed 3 (milestones)",
      {"c": "k", "ls": "--", "marker": "o", "ms": 4}),
     ("pong-cpu-avx2-epochs2-seed3.json", "kuberl, AVX2 CPU, minibatches of 256, 2 epochs, seed 3",
@@ -44,11 +46,12 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     *[(f"pong-cpu-seed{seed}.json", f"kuberl, bf16 CPU (avx512_bf16), minibatches of 256, seed {seed}",
        {"c": "tab:purple", "ls": ls, "lw": 1, "alpha": 0.7}) for seed, ls in ((1, "-"), (2, "--"))],
     ("pong-cleanrl-seed1-60min.json", "CleanRL ppo_atari.py, AVX2 CPU, seed 1", {"c": "tab:red", "lw": 1.5}),
+    ("pong-cleanrl-seed1-2h.json", "CleanRL ppo_atari.py, AVX2 CPU, seed 1", {"c": "tab:red", "lw": 1.5, "ls": "--"}),
     ("pong-rllib-ppo-seed1-2h.json", "RLlib 2.60 PPO, kuberl's values, AVX2 CPU, seed 1",
      {"c": "tab:brown", "lw": 1.5}),
     ("pong-sample-factory-seed1-2h.json", "Sample Factory 2.1.1 APPO, its Atari settings, AVX2 CPU, seed 1",
      {"c": "navy", "lw": 1.5}),
-    ("pong-cleanrl-envpool-seed1-2h.json", "CleanRL ppo_atari_envpool.py, AVX2 CPU, seed 1",
+    ("pong-cleanrl-envpool-seed1-2h.json", "CleanRL ppo_atari_envpool.py, bf16 CPU (avx512_bf16), seed 1",
      {"c": "tab:orange", "lw": 1.5}),
 ]
 
