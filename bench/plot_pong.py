@@ -27,6 +27,7 @@ AVX2_GOAL_MINUTES = 90.0
 Curve = list[tuple[float, int | None, float]]
 
 EXAMPLE = "kuberl, AVX2 CPU, the example (minibatches of 64, lr annealed over 2M)"
+SEED_LINE = {1: "-", 2: "--", 3: "-."}  # one line style per seed, the same in every series of seeds
 PEER_CAP = {"60min": "60-min cap", "2h": "2-hour cap"}
 
 # (file in bench/results/, label, matplotlib line keywords); drawn in this order.
@@ -36,9 +37,9 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("pong-cpu-avx2-mb64-seed1.json", "kuberl, AVX2 CPU, minibatches of 64, lr annealed over 10M, seed 1",
      {"lw": 1.2, "c": "tab:cyan"}),
     *[(f"pong-cpu-avx2-mb64-anneal2m-seed{seed}.json", f"{EXAMPLE}, seed {seed}",
-       {"lw": 2, "c": "tab:olive", "ls": ls}) for seed, ls in ((1, "-"), (2, "--"), (3, "-."))],
+       {"lw": 2, "c": "tab:olive", "ls": SEED_LINE[seed]}) for seed in (1, 2, 3)],
     *[(f"pong-cpu-bf16-mb64-anneal2m-seed{seed}.json", f"kuberl, bf16 CPU (avx512_bf16), the example, seed {seed}",
-       {"lw": 2, "c": "tab:pink", "ls": ls}) for seed, ls in ((1, "-"), (2, "--"), (3, "-."))],
+       {"lw": 2, "c": "tab:pink", "ls": SEED_LINE[seed]}) for seed in (1, 2, 3)],
     *[(f"pong-cpu-bf16-f32learner-seed{seed}.json", f"kuberl, bf16 CPU, the example with learner.bf16=false, seed {seed}",
        {"lw": 1.5, "c": "magenta", "ls": ls}) for seed, ls in ((1, ":"), (2, (0, (3, 1, 1, 1))), (3, (0, (1, 3))))],
     ("pong-cpu-avx2-mb256-seed3-milestones.json", "kuberl, AVX2 CPU, minibatches of 256, seed 3 (milestones)",
@@ -46,7 +47,7 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("pong-cpu-avx2-epochs2-seed3.json", "kuberl, AVX2 CPU, minibatches of 256, 2 epochs, seed 3",
      {"c": "grey", "lw": 1}),
     *[(f"pong-cpu-seed{seed}.json", f"kuberl, bf16 CPU (avx512_bf16), minibatches of 256, seed {seed}",
-       {"c": "tab:purple", "ls": ls, "lw": 1, "alpha": 0.7}) for seed, ls in ((1, "-"), (2, "--"))],
+       {"c": "tab:purple", "ls": SEED_LINE[seed], "lw": 1, "alpha": 0.7}) for seed in (1, 2)],
     ("pong-cleanrl-seed1-60min.json", "CleanRL ppo_atari.py, AVX2 CPU, seed 1", {"c": "tab:red", "lw": 1.5}),
     ("pong-cleanrl-seed1-2h.json", "CleanRL ppo_atari.py, AVX2 CPU, seed 1", {"c": "tab:red", "lw": 1.5, "ls": "--"}),
     ("pong-rllib-ppo-seed1-2h.json", "RLlib 2.60 PPO, kuberl's values, AVX2 CPU, seed 1",
