@@ -1,5 +1,5 @@
-"""spec.learner.bf16 (auto, true, false): resolved from the learner's device and its CPU's flags, warned of where
-it is emulated, recorded; the CPU's model and flags from /proc/cpuinfo; SAC's Q-values in float32 under it."""
+"""spec.learner.bf16 (auto, true, false): resolved from the learner's device (auto: float32 on every CPU, bfloat16
+on a GPU that computes it), warned of where it is emulated, recorded; the CPU's model and flags from /proc/cpuinfo; SAC's Q-values in float32 under it."""
 
 from __future__ import annotations
 
@@ -52,13 +52,18 @@ def test_a_benchmark_row_names_its_cpu():
     assert set(here) == {"cpu_model", "cpu_bf16", "cpu_flags"} and isinstance(here["cpu_bf16"], bool)
 
 
-@pytest.mark.parametrize(("flags", "enabled"), [(AVX2_EPYC, False), (ZEN4, True), (SAPPHIRE, True)])
-def test_auto_turns_bf16_on_only_where_the_cpu_computes_it(flags, enabled):
+@pytest.mark.parametrize(("flags", "native"), [(AVX2_EPYC, False), (ZEN4, True), (SAPPHIRE, True)])
+def test_auto_trains_in_float32_on_every_cpu(flags, native):
+    # the same default whatever the instruction set: native bfloat16 is reported, not switched on
     choice = resolve_bf16("auto", "cpu", cpu_flags=cpu_flags(flags))
-    assert choice.enabled is enabled and choice.native is enabled and choice.warning is None
-    assert choice.reason.startswith("auto: on" if enabled else "auto: off")
-    # a vector task's MLP has no conv encoder to speed up: auto leaves it in float32 even where bf16 is native
+    assert choice.enabled is False and choice.native is native and choice.warning is None
+    assert choice.reason.startswith("auto: off on a CPU (float32)")
+    assert ("avx512_bf16" in choice.reason or "amx_bf16" in choice.reason)
+    assert ("no native bfloat16" in choice.reason) is not native
     assert resolve_bf16("auto", "cpu", conv=False, cpu_flags=cpu_flags(flags)).enabled is False
+    # true is what turns it on where the CPU computes it, without a warning there
+    forced = resolve_bf16(True, "cpu", cpu_flags=cpu_flags(flags))
+    assert forced.enabled is True and (forced.warning is None) is native
 
 
 def test_true_on_a_cpu_without_bf16_proceeds_and_says_the_cost():
@@ -91,11 +96,11 @@ def _ppo(bf16: Any) -> PPOLearner:
     return PPOLearner(model, params, torch.device("cpu"), np.random.default_rng(0), bf16=bf16)
 
 
-def test_a_learner_resolves_auto_from_its_cpus_flags(monkeypatch):
-    _on_cpu(monkeypatch, AVX2_EPYC)
-    assert _ppo("auto").bf16 is False
-    _on_cpu(monkeypatch, ZEN4)
-    assert _ppo("auto").bf16 is True
+def test_a_cpu_learner_trains_in_float32_unless_bf16_is_true(monkeypatch):
+    for cpuinfo in (AVX2_EPYC, ZEN4):
+        _on_cpu(monkeypatch, cpuinfo)
+        assert _ppo("auto").bf16 is False
+    assert _ppo(True).bf16 is True  # ZEN4's native bfloat16, on request
 
 
 def test_true_on_an_avx2_cpu_warns_once_a_process(monkeypatch):
@@ -142,8 +147,8 @@ def test_the_run_record_holds_the_choice_and_the_cpus_flags():
                                          "reason": choice["reason"]}
     text = record_text(record)
     assert "cpu flags:  avx2" in text
-    assert "bf16:       auto: off, the CPU has no native bfloat16 (avx512_bf16 or amx_bf16) (learner.bf16 on cpu)" \
-        in text
+    assert ("bf16:       auto: off on a CPU (float32), the CPU has no native bfloat16 (avx512_bf16 or amx_bf16) "
+            "(learner.bf16 on cpu)") in text
 
 
 # -- SAC: Q-values in float32 under the learner's autocast ---------------------------------------------------

@@ -99,7 +99,7 @@ def test_one_gpu_pong_example_samples_in_the_learners_process_on_every_core_with
 def test_cpu_pong_example_trains_in_one_process_on_the_cpu_with_the_machines_cores():
     spec = load_manifest((EXAMPLES / "pong-ppo-cpu.yaml").read_text()).spec
     assert spec.algorithm == "ppo" and spec.learner.gpus == 0 and spec.rollouts.workers == 0
-    assert spec.learner.bf16 == "auto" and spec.learner.threads == 2  # bfloat16 where the CPU computes it natively
+    assert spec.learner.bf16 == "auto" and spec.learner.threads == 2  # auto: float32 on every CPU
     assert spec.stop.episode_return_mean == 18 and spec.stop.time_seconds == 7200
     # four times CleanRL's gradient steps per env step, the rate annealed over a 2M-step budget (docs/benchmarks.md,
     # Pong to 18 on 2 cores)

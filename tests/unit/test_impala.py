@@ -87,7 +87,7 @@ def test_checkpoint_round_trip_gives_the_same_actions_and_counters(tmp_path) -> 
     ("kuberl_testing.image_envs:StackedBeacon", {"size": 42, "mistakes": 6, "max_steps": 8}, False),
 ])
 def test_next_values_are_those_of_a_full_pass_over_next_obs(env, env_config, reset_rows) -> None:
-    # float32 on every CPU: the reference pass below runs without autocast, and on a CPU with native bfloat16
+    # float32 on every device: the reference pass below runs without autocast, and on a GPU with native bfloat16
     # learner_bf16="auto" would put the learner's encoder under it, a rounding difference this test is not about
     algo = _config(IMPALAConfig, env, env_config).resources(learner_bf16=False).build()
     try:

@@ -387,8 +387,8 @@ def reference_sections() -> list[str]:
         "their size: 64 cores make 64 x 128 = 8,192 rows, 32 minibatches of 256. Vector envs step on one thread: "
         "cores change nothing.",
         "- `learner.bf16: auto` (the default) as the learner resolves it on its device (`defaults.machine.bf16`): "
-        "bfloat16 autocast for a conv encoder where the device computes bfloat16 natively (a CPU with avx512_bf16 or "
-        "amx_bf16, a GPU of compute capability 8.0 or later), float32 elsewhere.",
+        "bfloat16 autocast for a conv encoder on a GPU of compute capability 8.0 or later, float32 elsewhere, on "
+        "every CPU included (`true` turns it on there).",
         "- Ape-X's `replayRatio` (learner updates per env step that sampling waits for): measured at start from a few "
         "updates of the network on the env's shape and a few hundred steps of one env; images aim at 1 replayed "
         "sample per env step (the paper's learner: about 0.8) and fall to what the learner sustains against the "

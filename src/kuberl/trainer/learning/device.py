@@ -114,10 +114,10 @@ class Bf16Choice:
 
 def resolve_bf16(setting: Bf16Setting, device_type: str, *, conv: bool = True, cpu_flags: Iterable[str] = (),
                  cuda_capability: tuple[int, int] | None = None) -> Bf16Choice:
-    """`spec.learner.bf16` on a learner device (pure): auto is on for a conv encoder (`conv`) where the device
-    computes bfloat16 natively (a CPU with avx512_bf16 or amx_bf16 among its /proc/cpuinfo flags; a GPU of compute
-    capability 8.0 or later); true is on anywhere autocast exists, with a warning of the cost where it is
-    emulated; false is off."""
+    """`spec.learner.bf16` on a learner device (pure): auto is on for a conv encoder (`conv`) on a GPU of compute
+    capability 8.0 or later and off on every CPU; true is on anywhere autocast exists, with a warning of the cost
+    where it is emulated (a CPU without avx512_bf16 or amx_bf16 among its /proc/cpuinfo flags, an older GPU);
+    false is off."""
     from kuberl.trainer.cpu import NATIVE_BF16_FLAGS, native_bf16_flags
 
     if device_type == "cpu":
@@ -137,6 +137,11 @@ def resolve_bf16(setting: Bf16Setting, device_type: str, *, conv: bool = True, c
         # A vector task's small MLP gains nothing: the casts cost about what the bfloat16 matmuls save, and the
         # float32 defaults are the ones measured.
         return Bf16Choice(setting, device_type, False, native, "auto: off, no conv encoder to speed up")
+    if setting == "auto" and device_type == "cpu":
+        # Float32 on every CPU, so the default does not hang on one CPU's instruction set. Where bfloat16 is native
+        # it steps PPO on Pong 1.3x faster but learns less per env step on some seeds: 18 on two seeds of three
+        # within the hour, where float32 reached it on all three (docs/benchmarks.md, "Pong to 18 on 2 cores").
+        return Bf16Choice(setting, device_type, False, native, f"auto: off on a CPU (float32), {why}")
     if setting == "auto":
         return Bf16Choice(setting, device_type, native, native, f"auto: {'on' if native else 'off'}, {why}")
     if native:

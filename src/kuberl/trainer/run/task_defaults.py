@@ -19,8 +19,8 @@ refuse (`config.observationFilter`); where they differ, no set applies and the l
 choices are for single-agent envs (ALE's vector env, Ape-X).
 
 `spec.learner.bf16` as the learner will resolve it on the device this process gives it (auto: bfloat16 for a
-conv encoder where the device computes it natively) is recorded under `defaults.machine.bf16`, and the line says
-it for image tasks and wherever it is true.
+conv encoder on a GPU that computes it natively, float32 on every CPU) is recorded under `defaults.machine.bf16`,
+and the line says it for image tasks and wherever it is true.
 
 The chosen values go into the first results line under `defaults`.
 """
