@@ -4,8 +4,8 @@
     make bench-deps && PYTHONPATH=src:testing python bench/pong.py --seeds 1,2 --cap 7200 --rllib  # and RLlib
 
 kuberl trains examples/pong-ppo-cpu.yaml (PPO in the learner's process, ALE's vector env on every core, the
-learner in float32 on the CPU, learner.bf16: auto) with `config.seed` set to each seed, one seed after the other, until the
-100-game mean of the game score reaches 18 (at least 100 games finished) or --cap seconds of wall time pass
+learner in float32 on the CPU, learner.bf16: auto) with `config.seed` set to each seed, one seed after the other,
+until the 100-game mean of the game score reaches 18 (at least 100 games finished) or --cap seconds of wall time pass
 (the build included). With --rllib, RLlib APPO with its own pong_appo.py settings (bench/atari.py's
 RLLIB_APPO: 2 env runners, a CPU learner) then trains each seed alone on the same machine, with the same
 sticky-action setting and the same cap; its clock starts when its algorithm is built. Nothing else should run

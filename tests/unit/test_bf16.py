@@ -1,5 +1,6 @@
 """spec.learner.bf16 (auto, true, false): resolved from the learner's device (auto: float32 on every CPU, bfloat16
-on a GPU that computes it), warned of where it is emulated, recorded; the CPU's model and flags from /proc/cpuinfo; SAC's Q-values in float32 under it."""
+on a GPU that computes it), warned of where it is emulated, recorded; the CPU's model and flags from
+/proc/cpuinfo; SAC's Q-values in float32 under it."""
 
 from __future__ import annotations
 
