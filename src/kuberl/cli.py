@@ -1,8 +1,9 @@
 """The `kuberl` command line.
 
 Exit codes: 0 done; 1 the run failed; 2 the user must fix something (manifest,
-storage location, arguments); 130 interrupted. A user mistake never prints a
-traceback. Heavy libraries are imported only by the subcommand that needs them.
+storage location, arguments); 130 interrupted; 141 the reader of stdout went away
+(`kuberl ... | head`). A user mistake never prints a traceback. Heavy libraries
+are imported only by the subcommand that needs them.
 """
 
 from __future__ import annotations
@@ -11,20 +12,25 @@ import argparse
 import contextlib
 import faulthandler
 import importlib
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from kuberl import __version__
-from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INVALID_SPEC
+from kuberl.api.contract import DEFAULT_STATUS_PORT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID_SPEC
 from kuberl.operator.main import add_arguments as add_operator_arguments
 from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
+
+if TYPE_CHECKING:
+    from kuberl.api.validation import FieldError
 
 # Modules of kuberl.commands whose add_commands(sub) add their subcommands (see its docstring).
 COMMAND_MODULES: tuple[str, ...] = ("cluster", "sweep", "records")
 
 EXIT_USAGE = EXIT_INVALID_SPEC  # in the head pod the operator reads it so: never retried
-EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141, as a shell reports `yes | head`'s yes
 
 _DESCRIPTION = """\
 kuberl trains reinforcement-learning policies from one RLExperiment manifest:
@@ -99,18 +105,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from kuberl.trainer.run.driver import TrainOptions, run_training
+def _storage_option_errors(storage: str | None) -> list[FieldError]:
+    """--storage checked as spec.storage.uri is, a plain path allowed: a mistyped scheme (s4://, S3://, s3:/)
+    would otherwise be taken for a local folder of that name."""
+    from kuberl.api.storage_uri import storage_uri_problem
+    from kuberl.api.validation import FieldError
 
-    experiment = _load(args)
+    problem = storage_uri_problem(storage, plain_path=True) if storage else None
+    return [FieldError("--storage", problem)] if problem else []
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from kuberl.api.validation import ManifestError
+    from kuberl.trainer.run.driver import TrainOptions, run_training
+    from kuberl.trainer.storage.errors import MissingCredentials
+
+    storage_errors = _storage_option_errors(args.storage)
+    try:
+        experiment = _load(args)
+    except ManifestError as exc:
+        raise ManifestError(exc.errors + storage_errors) from None
+    if storage_errors:
+        raise ManifestError(storage_errors)
     options = TrainOptions(
         storage_uri=args.storage,
         fresh=args.fresh,
         in_cluster=args.in_cluster,
         status_port=args.status_port,
         quiet=args.quiet,
+        out=cast(TextIO, _ReaderMayLeave(sys.stdout)),
     )
-    summary = run_training(experiment, options)
+    try:
+        summary = run_training(experiment, options)
+    except MissingCredentials as exc:  # on this machine, a local directory is the other way to train
+        raise MissingCredentials(f"{exc}; or train into a local directory with --storage PATH") from None
     return summary.exit_code
 
 
@@ -228,6 +256,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a reader gone before the last buffered output shows here, not at the exit
+    except BrokenPipeError:  # `kuberl checkpoints RUN | head`: end quietly, as other Unix tools do
+        _discard_stdout()
+        return EXIT_READER_GONE
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush Python makes at the exit finds nothing to fail on (the
+    Python documentation's recipe for a closed pipe). A stdout with no file descriptor is left as it is."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
+class _ReaderMayLeave:
+    """`kuberl train`'s stdout: once its reader has gone (`kuberl train ... | head -3`) the run goes on to its
+    end, checkpoints and results included, printing nowhere."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _discard_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _discard_stdout()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _run(argv: list[str] | None) -> int:
     from kuberl.api.validation import ManifestError
 
     args = build_parser().parse_args(argv)

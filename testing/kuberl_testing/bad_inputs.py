@@ -62,11 +62,11 @@ def _env_for(algorithm: str) -> str:
 
 def base_manifest(name: str = "bad-input", algorithm: str = "ppo") -> dict[str, Any]:
     """A small valid manifest that also passes the cluster checks."""
-    return {
-        "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name},
-        "spec": {"algorithm": algorithm, "env": {"id": _env_for(algorithm)}, "stop": {"timesteps": 1000},
-                 "storage": {"uri": "s3://bucket/runs"}, "workers": {"replicas": 0}},
-    }
+    spec = {"algorithm": algorithm, "env": {"id": _env_for(algorithm)}, "stop": {"timesteps": 1000},
+            "storage": {"uri": "s3://bucket/runs"}, "workers": {"replicas": 0}}
+    if REGISTRY[algorithm].replay == "shards":  # it samples only on rollout workers
+        spec["rollouts"] = {"workers": 1}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
 
 
 def _parts(path: str) -> list[str | int]:

@@ -27,6 +27,9 @@ def operator_fixtures(prefix: str, count: int) -> tuple[int, Callable[[], Iterat
 
     @pytest.fixture
     def ns() -> str:
-        return next(unused)
+        name = next(unused, None)
+        if name is None:
+            raise RuntimeError(f"operator_fixtures({prefix!r}, {count}): more tests than namespaces; raise the count")
+        return name
 
     return status_port, harness, ns

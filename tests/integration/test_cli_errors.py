@@ -138,3 +138,52 @@ def test_help_lists_the_commands():
     assert proc.returncode == 0
     for command in ("train", "validate", "evaluate", "traces", "operator"):
         assert command in proc.stdout
+
+
+@pytest.mark.parametrize(("storage", "message"), [
+    ("s4://bucket/x", "unknown scheme 's4' in 's4://bucket/x' "
+                      "(use s3://bucket/prefix, file:///path or a plain path)"),
+    ("gs://bucket/x", "unknown scheme 'gs'"),
+    ("S3://bucket/x", "the scheme must be lowercase: s3://"),
+    ("s3:/bucket/x", "'s3:/bucket/x' needs '//' after 's3:'"),
+    ("file:/x", "'file:/x' needs '//' after 'file:'"),
+    ("s3://Bad_Bucket/x", "'Bad_Bucket' is not an S3 bucket name"),
+])
+def test_train_refuses_a_storage_it_cannot_use_before_training(tmp_path, monkeypatch, storage, message):
+    monkeypatch.setenv("KUBERL_STORAGE_RETRY_SECONDS", "1")  # a store that is never reached is not waited for
+    proc = kuberl("train", "-f", write(tmp_path, GOOD), "--storage", storage, cwd=tmp_path)
+    assert_refused(proc, f"error: --storage: {message}")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiment.yaml"], "nothing may be written"
+
+
+def test_numbers_in_exponent_form_are_numbers(tmp_path):
+    text = GOOD + "  config: {lr: 3e-4}\n"
+    proc = kuberl("validate", "-f", write(tmp_path, text), "--set", "config.vfCoeff=5e-1",
+                  "--skip-env-checks")
+    assert proc.returncode == 0, proc.stderr
+    proc = kuberl("validate", "-f", write(tmp_path, GOOD), "--set", "stop.timesteps=1e5", "--skip-env-checks")
+    assert_refused(proc, "error: spec.stop.timesteps: must be a whole number written without a decimal "
+                   "point or exponent, got 100000.0 (write 100000)")
+
+
+def test_a_local_run_on_s3_without_credentials_says_where_they_come_from(tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    text = GOOD + "  storage: {uri: 's3://kuberl-runs/experiments', secretRef: {name: s3-credentials}}\n"
+    proc = kuberl("train", "-f", write(tmp_path, text), cwd=tmp_path)
+    assert_refused(proc, "error: storage s3://kuberl-runs/experiments/cli-test",
+                   "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                   "(spec.storage.secretRef is read only in a cluster); or train into a local directory with "
+                   "--storage PATH")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_a_module_of_ones_own_that_is_not_found_may_need_pythonpath(tmp_path):
+    text = GOOD.replace("CartPole-v1", "custom_env.corridor:CorridorEnv")
+    proc = kuberl("validate", "-f", write(tmp_path, text), cwd=tmp_path)
+    assert_refused(proc, "error: spec.env.id:", "(No module named 'custom_env'): install custom_env, or put "
+                   "the folder that holds custom_env on PYTHONPATH")

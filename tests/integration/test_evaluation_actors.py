@@ -15,8 +15,9 @@ from kuberl_testing.manifests import experiment_manifest
 
 def manifest(name: str, iterations: int, evaluation: dict, checkpoint: dict | None = None,
              algorithm: str = "ppo", env: str = "CartPole-v1") -> str:
+    workers = 1 if algorithm == "apex-dqn" else 0  # apex-dqn samples only on rollout worker actors
     return experiment_manifest(name, algorithm=algorithm, env=env, seed=7,
-                               rollouts={"workers": 0, "envsPerWorker": 2, "fragmentLength": 32},
+                               rollouts={"workers": workers, "envsPerWorker": 2, "fragmentLength": 32},
                                traces={"enabled": False}, stop={"iterations": iterations},
                                checkpoint=checkpoint or {}, evaluation=evaluation)
 

@@ -16,7 +16,7 @@ from kuberl_testing.fault_figures import report_figures
 from kuberl_testing.operator_fixtures import operator_fixtures
 from kuberl_testing.operator_harness import TrainerStatusServer, experiment_body, wait_for
 
-STATUS_PORT, harness, ns = operator_fixtures("life", 16)
+STATUS_PORT, harness, ns = operator_fixtures("life", 18)
 
 
 def phase_is(h, ns, name, phase):
@@ -179,6 +179,35 @@ def test_missing_secret_and_image_pull_errors_fail_fast(harness, ns):
     assert not any(n.startswith("nosecret") for n in harness.pods(ns))
 
 
+def test_a_secret_gone_under_a_running_experiment_keeps_it_running_and_a_lost_worker_waits_for_it(harness, ns):
+    secret = {"metadata": {"name": "s3"}, "stringData": {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}}
+    harness.core.create_namespaced_secret(ns, secret)
+    harness.apply(ns, experiment_body("rot", storage={"uri": "s3://bucket/p", "secretRef": {"name": "s3"}},
+                                      workers={"replicas": 1}))
+    wait_for(lambda: len(harness.pods(ns)) == 2, what="head and worker")
+    harness.core.delete_namespaced_secret("s3", ns)
+    harness.core.delete_namespaced_pod("rot-worker-0", ns)  # lost while the Secret is gone
+    wait_for(lambda: harness.condition(ns, "rot", "Reconciling").get("reason") == "SecretNotFound",
+             what="the wait said")
+    assert harness.status(ns, "rot")["phase"] != "Failed" and list(harness.pods(ns)) == ["rot-head"]
+    harness.core.create_namespaced_secret(ns, secret)
+    wait_for(lambda: "rot-worker-0" in harness.pods(ns), what="the worker, once the Secret is back")
+    assert harness.created_count(ns, "pods", "rot-head") == 1
+
+
+def test_an_invalid_edit_of_a_running_experiment_keeps_its_pods(harness, ns):
+    harness.apply(ns, experiment_body("edit", workers={"replicas": 1}))
+    wait_for(lambda: len(harness.pods(ns)) == 2, what="head and worker")
+    config_before = harness.objects(ns, "configmaps")[0]["data"]
+    harness.patch_spec(ns, "edit", {"storage": {"uri": "file:///tmp/runs"}})  # the CRD takes it, a cluster cannot
+    stalled = wait_for(lambda: harness.condition(ns, "edit", "Stalled").get("reason") == "InvalidSpec"
+                       and harness.condition(ns, "edit", "Stalled"), what="the refusal")
+    assert stalled["status"] == "True" and "spec.storage.uri" in stalled["message"]
+    assert harness.status(ns, "edit")["phase"] != "Failed"
+    assert pod_names(harness, ns) == ["edit-head", "edit-worker-0"]
+    assert harness.objects(ns, "configmaps")[0]["data"] == config_before
+
+
 def test_suspend_deletes_pods_and_resume_starts_the_next_attempt(harness, ns):
     harness.apply(ns, experiment_body("sus", workers={"replicas": 1}))
     wait_for(lambda: len(harness.pods(ns)) == 2)
@@ -190,7 +219,8 @@ def test_suspend_deletes_pods_and_resume_starts_the_next_attempt(harness, ns):
     head = wait_for(lambda: harness.pods(ns).get("sus-head"), what="head of the resumed run")
     assert head["metadata"]["annotations"]["kuberl.io/attempt"] == "2"
     wait_for(lambda: "sus-worker-0" in harness.pods(ns))
-    assert (harness.get(ns, "sus")["metadata"].get("annotations") or {}).get("kuberl.io/restarts") is None
+    annotations = harness.get(ns, "sus")["metadata"].get("annotations") or {}
+    assert annotations.get("kuberl.io/restarts", "0") == "0"  # suspend closed attempt 1; it failed nothing
 
 
 def test_scale_subresource_changes_workers(harness, ns):

@@ -32,7 +32,7 @@ spec:
   env: {{id: ALE/Pong-v5, preprocessing: atari}}
   config: {config}
   rollouts: {{workers: 0, envsPerWorker: 4, fragmentLength: 64}}
-  replay: {{capacity: 600}}
+  replay: {replay}
   stop: {{timesteps: {timesteps}}}
   checkpoint: {{everyIterations: 2, keep: 1}}
 """
@@ -51,7 +51,9 @@ def kuberl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(("algorithm", "timesteps"), [("ppo", 768), ("dqn", 512)])
 def test_pong_from_pixels_trains_checkpoints_and_evaluates_the_game_score(algorithm, timesteps, tmp_path):
     path = tmp_path / "pong.yaml"
-    path.write_text(PONG.format(algorithm=algorithm, config=CONFIGS[algorithm], timesteps=timesteps))
+    replay = "{capacity: 600}" if algorithm == "dqn" else "{}"  # ppo keeps no replay: a setting is refused
+    path.write_text(PONG.format(algorithm=algorithm, config=CONFIGS[algorithm], timesteps=timesteps,
+                                replay=replay))
     proc = kuberl("train", "-f", str(path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "kuberl-runs" / f"pong-{algorithm}"

@@ -14,6 +14,7 @@ from kuberl.trainer.algorithms.config import algorithm_config_for
 from kuberl.trainer.run.driver import TrainOptions, run_training
 from kuberl.trainer.run.restore_from import restore_from
 from kuberl.trainer.storage import open_store
+from kuberl.trainer.storage.base import StorageError
 from kuberl.trainer.storage.checkpoints import latest_checkpoint
 from kuberl_testing.manifests import experiment_manifest
 
@@ -83,3 +84,64 @@ def test_restore_from_another_algorithm_names_the_field(tmp_path: Path) -> None:
             restore_from(algo, f"file://{tmp_path}/nothing-here")
     finally:
         algo.stop()
+
+
+def _multi_agent(name: str, lr: float, late_lr: float | None = None):
+    late = {"name": "late", "agents": ["late_0"], **({"config": {"lr": late_lr}} if late_lr else {})}
+    return load_manifest(experiment_manifest(
+        name, env="kuberl_testing.multi_agent_envs:relay_env", config={"lr": lr, "annealLr": False},
+        rollouts={"workers": 0, "envsPerWorker": 2, "fragmentLength": 16}, stop={"iterations": 5},
+        multiAgent={"policies": [{"name": "runners", "agents": ["runner_*"]}, late]}))
+
+
+def _policy_rates(algo) -> dict[str, float]:
+    return {name: learner.optimizer.param_groups[0]["lr"] for name, learner in algo.learners.items()}
+
+
+def test_restore_keeps_each_policys_own_learning_rate_in_a_multi_agent_run(tmp_path: Path) -> None:
+    with algorithm_config_for(_multi_agent("donor", lr=0.01)).build() as donor:
+        donor.train()
+        uri = donor.save(tmp_path / "donor")
+    with algorithm_config_for(_multi_agent("member", lr=0.0005, late_lr=0.0002)).build() as member:
+        restore_from(member, uri)
+        assert _policy_rates(member) == {"runners": 0.0005, "late": 0.0002}  # not the donor's 0.01
+        assert all(learner.optimizer.state for learner in member.learners.values()), "moments not loaded"
+        member.train()
+        assert _policy_rates(member) == {"runners": 0.0005, "late": 0.0002}
+
+
+def test_restore_from_reads_s3_in_the_storage_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kuberl.trainer.storage.checkpoints import protocol
+
+    opened: list[dict] = []
+
+    def recording_store(uri: str, **options):
+        opened.append({"uri": uri, **options})
+        raise StorageError("recorded")
+
+    monkeypatch.setattr(protocol, "open_store", recording_store)
+    experiment = load_manifest(experiment_manifest(
+        "child", stop={"iterations": 1}, checkpoint={"restoreFrom": "s3://runs/donor/checkpoints/000010"},
+        storage={"uri": "s3://runs/child", "endpoint": "http://127.0.0.1:9", "region": "eu-central-1"}))
+    with pytest.raises(ManifestError, match="spec.checkpoint.restoreFrom: recorded"):
+        run_training(experiment, TrainOptions(storage_uri=f"file://{tmp_path}", quiet=True, out=io.StringIO()))
+    assert opened == [{"uri": "s3://runs/donor", "endpoint": "http://127.0.0.1:9", "region": "eu-central-1"}]
+
+
+def test_the_apex_learner_actor_keeps_the_new_rate_and_takes_learner_threads(tmp_path: Path, ray_session) -> None:
+    def apex(lr: float, threads: int | None = None):
+        return algorithm_config_for(load_manifest(experiment_manifest(
+            "apex", algorithm="apex-dqn", config={"lr": lr, "learningStarts": 100, "minIterationSeconds": 0.5},
+            rollouts={"workers": 1, "envsPerWorker": 2, "fragmentLength": 16}, replay={"capacity": 2000},
+            stop={"iterations": 1}, **({"learner": {"threads": threads}} if threads else {})))).build()
+
+    def in_actor(algo, read):
+        return ray_session.get(algo.learner.__ray_call__.remote(lambda actor: read(actor.learner)))
+
+    with apex(0.001) as donor:
+        donor.train()
+        uri = donor.save(tmp_path / "donor")
+    with apex(0.0001, threads=2) as member:
+        assert in_actor(member, lambda _: torch.get_num_threads()) == 2  # spec.learner.threads
+        restore_from(member, uri)
+        assert in_actor(member, lambda learner: learner.optimizer.param_groups[0]["lr"]) == 0.0001

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kuberl.api.contract import ENV_EXPERIMENT_NAME
 from kuberl.trainer.storage import NotFound, StorageError, open_store
 from kuberl.trainer.storage.checkpoints import (
     CheckpointWriter,
@@ -116,6 +117,11 @@ def test_no_credentials_is_a_clear_error(s3: S3Server, s3_bucket: str, monkeypat
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(StorageError, match="no AWS credentials"):
         S3Store(f"s3://{s3_bucket}/p", endpoint=s3.endpoint).check()
+    monkeypatch.setenv(ENV_EXPERIMENT_NAME, "cartpole")  # an experiment's pod: the operator passes the Secret
+    with pytest.raises(StorageError) as info:
+        S3Store(f"s3://{s3_bucket}/p", endpoint=s3.endpoint).check()
+    assert str(info.value).endswith("no AWS credentials found: the Secret that spec.storage.secretRef names "
+                                    "must hold AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
 
 
 def _closed_port() -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 MANIFEST = """\
 apiVersion: kuberl.io/v1alpha1
@@ -124,3 +130,58 @@ def test_sigterm_writes_a_final_checkpoint_and_exits(tmp_path):
     last = results(run)[-1]["iteration"]
     latest = json.loads((run / "checkpoints" / "latest").read_text())
     assert latest["iteration"] == last, "the final checkpoint is the last finished iteration"
+
+
+def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path):
+    path = manifest(tmp_path, 100_000)
+    # SIGINT at its default in the child: a shell without job control starts background commands ignoring it.
+    proc = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "train", "-f", path], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = tmp_path / "kuberl-runs" / "tiny"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((run / "results.jsonl").exists() and len(results(run)) >= 2):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Terminated: stopped by SIGINT after a final checkpoint" in out
+    latest = json.loads((run / "checkpoints" / "latest").read_text())
+    assert latest["iteration"] == results(run)[-1]["iteration"], "the final checkpoint: the last iteration's"
+
+
+def kuberl_to_a_gone_reader(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`kuberl ARGS | head -0`: stdout is a pipe whose reader has gone before the first line."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "kuberl.cli", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300, cwd=cwd)
+    finally:
+        os.close(write)
+
+
+def test_a_reader_that_goes_away_neither_stops_a_run_nor_prints_a_traceback(tmp_path):
+    proc = kuberl_to_a_gone_reader("train", "-f", manifest(tmp_path, 2), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr  # `kuberl train ... | head -3`: the run goes on to its end
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    run = tmp_path / "kuberl-runs" / "tiny"
+    assert [r["iteration"] for r in results(run)] == [1, 2]
+    for command in (["checkpoints", str(run), "-o", "json"], ["info", str(run)], ["crd"]):
+        proc = kuberl_to_a_gone_reader(*command, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr) == (141, ""), command  # as `yes | head` ends: 128 + SIGPIPE
+
+
+def test_the_custom_env_command_of_the_python_api_page_trains_as_written(tmp_path):
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    [command] = re.findall(r"`(PYTHONPATH=examples kuberl train -f examples/custom-env\.yaml[^`]*)`", page)
+    assignment, _, arguments = command.partition(" kuberl ")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    env = {name: value for name, value in os.environ.items() if name not in AWS_VARIABLES}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", KUBERL_STORAGE_RETRY_SECONDS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (assignment.partition("=")[2], env.get("PYTHONPATH")) if p)
+    command_line = [sys.executable, "-m", "kuberl.cli", *shlex.split(arguments), "--set", "stop.iterations=1"]
+    proc = subprocess.run(command_line, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Succeeded: iteration 1 >= 1" in proc.stdout

@@ -78,10 +78,12 @@ def grants(group: str, resources: list[str], verbs: list[str]) -> set[tuple[str,
     return {(group, r, v) for r in resources for v in verbs}
 
 
-# What tests/integration/test_operator_rbac.py records the operator using in a full lifecycle.
+# What tests/integration/test_operator_rbac.py records the operator using in a full lifecycle, and the one
+# permission an admission plugin checks (OwnerReferencesPermissionEnforcement: blockOwnerDeletion).
 OPERATOR_RULES = (
     grants("kuberl.io", ["rlexperiments"], ["get", "list", "watch", "create", "patch"])
     | grants("kuberl.io", ["rlexperiments/status"], ["patch"])
+    | grants("kuberl.io", ["rlexperiments/finalizers"], ["update"])
     | grants("kuberl.io", ["rlsweeps"], ["get", "list", "watch"])
     | grants("kuberl.io", ["rlsweeps/status"], ["patch"])
     | grants("", ["pods"], ["list", "watch", "create", "delete"])

@@ -7,7 +7,12 @@ from typing import Any
 
 from kuberl.trainer.iteration_result import ResultLine, line_from_json
 from kuberl.trainer.storage.base import CheckpointInfo
-from kuberl.trainer.storage.checkpoint_listing import checkpoint_rows, checkpoints_table, human_bytes
+from kuberl.trainer.storage.checkpoint_listing import (
+    checkpoint_rows,
+    checkpoints_table,
+    human_bytes,
+    window_return,
+)
 
 
 def info(iteration: int, attempt: int = 1, size: int = 1000) -> CheckpointInfo:
@@ -69,3 +74,11 @@ def test_table_and_sizes():
     assert checkpoints_table([], run_uri="file:///r") == "file:///r: no complete checkpoints"
     assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 3 * 1024**3)] == ["0 B", "1023 B", "1.0 KiB", "1.5 KiB",
                                                                             "3.0 GiB"]
+
+
+def test_a_run_without_results_scores_each_checkpoint_by_its_return_window():
+    assert window_return(b'{"iteration": 2, "returnWindow": [10.0, 30.0]}') == 20.0
+    assert window_return(b'{"iteration": 1, "returnWindow": []}') is None
+    assert window_return(b"not json") is None
+    rows = checkpoint_rows([info(1), info(2)], [], {2: 20.0})
+    assert [(r.iteration, r.episodeReturnMean, r.best) for r in rows] == [(1, None, False), (2, 20.0, True)]

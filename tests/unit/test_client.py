@@ -118,6 +118,29 @@ def test_submit_sends_the_written_manifest_with_overrides_not_the_defaults() -> 
     assert experiment.spec.rollouts.workers == 2
 
 
+def test_submit_of_an_rlexperiment_sends_only_what_it_sets() -> None:
+    """Fields the object leaves unset stay the operator's to default (its head and worker sizes) and the
+    trainer's (the task-kind defaults of rollouts and replay): a dump of every default would pass for the
+    user's."""
+    from kuberl.api.defaults import resolved_defaults
+    from kuberl.api.validation import load_manifest, validate_document
+
+    text = ("apiVersion: kuberl.io/v1alpha1\nkind: RLExperiment\nmetadata: {name: sac-pendulum}\n"
+            "spec: {algorithm: sac, env: {id: Pendulum-v1}, stop: {timesteps: 20000}}\n")
+    experiment = load_manifest(text, overrides=S3)
+    experiment.spec.workers.replicas = 1  # set by assignment, on a model the manifest left out
+    doc, _ = prepare(experiment, [], namespace="research", namespace_given=False)
+    assert (doc["apiVersion"], doc["kind"]) == ("kuberl.io/v1alpha1", "RLExperiment")
+    assert doc["spec"]["workers"] == {"replicas": 1} and "head" not in doc["spec"]
+    assert "replay" not in doc["spec"]
+    stored = validate_document(doc)  # as the operator reads it back
+    sizes = stored.spec.head.model_fields_set | stored.spec.workers.model_fields_set
+    assert {"cpu", "memory"}.isdisjoint(sizes)
+    alone = resolved_defaults(experiment, "continuous-vector")[1]
+    assert resolved_defaults(stored, "continuous-vector")[1] == alone
+    assert alone["replay.capacity"] == 1_000_000
+
+
 def test_submit_refuses_what_a_cluster_cannot_run_naming_the_field() -> None:
     with pytest.raises(ManifestError) as caught:
         prepare(EXAMPLE, [], namespace="research", namespace_given=False)
@@ -338,3 +361,16 @@ def test_the_client_imports_neither_torch_nor_ray() -> None:
             "print(sorted(m for m in ('torch', 'ray', 'gymnasium', 'kopf') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_submit_of_an_algorithm_config_leaves_the_pod_sizes_to_the_operator() -> None:
+    """An AlgorithmConfig read from a manifest sends what the manifest set, not every default of the API types:
+    the operator's head and worker sizes still apply."""
+    from kuberl.api.validation import load_manifest
+    from kuberl.trainer.algorithms.config import AlgorithmConfig
+
+    text = ("apiVersion: kuberl.io/v1alpha1\nkind: RLExperiment\nmetadata: {name: ppo}\n"
+            "spec: {algorithm: ppo, env: {id: CartPole-v1}, stop: {timesteps: 20000}, workers: {replicas: 1}}\n")
+    config = AlgorithmConfig.from_experiment(load_manifest(text, overrides=S3))
+    doc, _ = prepare(config, [], namespace="research", namespace_given=False)
+    assert doc["spec"]["workers"] == {"replicas": 1} and "head" not in doc["spec"]

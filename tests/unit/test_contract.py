@@ -47,6 +47,12 @@ def test_exit_codes(result, code):
     assert contract.exit_code_for(result) == code
 
 
+@pytest.mark.parametrize(("signal_name", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_run_stopped_by_ctrl_c_exits_130_and_by_sigterm_143(signal_name, code):
+    summary = Summary(contract.RESULT_TERMINATED, signal_name, f"stopped by {signal_name} after a checkpoint")
+    assert summary.exit_code == code
+
+
 def _contract_literals() -> dict[object, str]:
     """Values of the contract's names that should appear as a literal nowhere else in src/."""
     values: dict[object, str] = {}

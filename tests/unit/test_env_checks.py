@@ -35,9 +35,11 @@ class Corridor(gym.Env):
 
 
 def experiment(algorithm: str, env_id: str, env_config: dict | None = None):
+    workers = 1 if algorithm == "apex-dqn" else 0  # apex-dqn samples only on rollout workers
     return validate_document({
         "apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": "x"},
-        "spec": {"algorithm": algorithm, "env": {"id": env_id, "config": env_config or {}}, "stop": {"iterations": 1}},
+        "spec": {"algorithm": algorithm, "env": {"id": env_id, "config": env_config or {}},
+                 "stop": {"iterations": 1}, "rollouts": {"workers": workers}},
     })
 
 

@@ -169,7 +169,7 @@ def test_the_hyperparameters_are_not_checked_twice_or_against_an_unknown_algorit
     assert [e for e in errors_of(doc) if "config" in e] == []
     doc = base_manifest("twice")
     doc["spec"].update(config="lr=1", rolouts={})
-    assert sorted(errors_of(doc)) == ["spec.config: must be a mapping",
+    assert sorted(errors_of(doc)) == ["spec.config: must be a mapping, got 'lr=1'",
                                       "spec.rolouts: unknown field (did you mean 'rollouts'?)"]
 
 

@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from kuberl.api.algorithms import REGISTRY
 from kuberl.api.validation import load_manifest
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, replay_bytes
@@ -18,6 +19,8 @@ GIB = 2**30
 
 def experiment(algorithm: str = "apex-dqn", capacity: int = 1_000_000, shards: int = 2, head: str = "4Gi",
                workers: str = "8Gi", replicas: int = 2, fragment: int = 64):
+    # an on-policy algorithm keeps no replay: its replay settings are refused as having no effect
+    replay = f"{{shards: {shards}, capacity: {capacity}}}" if REGISTRY[algorithm].off_policy else "{}"
     text = f"""
 apiVersion: kuberl.io/v1alpha1
 kind: RLExperiment
@@ -26,7 +29,7 @@ spec:
   algorithm: {algorithm}
   env: {{id: CartPole-v1}}
   rollouts: {{workers: 2, fragmentLength: {fragment}}}
-  replay: {{shards: {shards}, capacity: {capacity}}}
+  replay: {replay}
   head: {{memory: {head}}}
   workers: {{replicas: {replicas}, memory: {workers}}}
   stop: {{timesteps: 1000}}

@@ -76,10 +76,35 @@ def test_policy_config_and_model_override_spec_config() -> None:
     ({"policies": [{"name": "a", "agents": ["x"], "config": {"seed": 3}}]},
      "spec.multiAgent.policies[0].config.seed", "spec.config.seed"),
     ({"policies": [{"name": "a", "agents": []}]}, "spec.multiAgent.policies[0].agents", "at least 1"),
-    ({"policies": [{"name": "Bad Name", "agents": ["x"]}]}, "spec.multiAgent.policies[0].name", "pattern"),
+    ({"policies": [{"name": "Bad Name", "agents": ["x"]}]}, "spec.multiAgent.policies[0].name",
+     "must be lowercase letters, digits, '-' and '_', starting and ending with a letter or digit, got "
+     "'Bad Name'"),
     ({"polices": []}, "spec.multiAgent.polices", "did you mean 'policies'"),
 ])
 def test_validation_names_the_field(multi_agent: dict, path: str, words: str) -> None:
     errors = errors_of(manifest(multi_agent))
     assert path in errors, errors
     assert words in errors[path]
+
+
+@pytest.mark.parametrize("algorithm", ["impala", "appo"])
+def test_run_wide_vtrace_settings_are_refused_in_a_policys_config(algorithm: str) -> None:
+    """One iteration, one fragment queue and the workers' sample calls serve every policy: a policy's own
+    value was read from nowhere."""
+    doc = manifest({"policies": [{"name": "a", "agents": ["*"], "config": {
+        "minIterationSeconds": 6.0, "learnerQueueSize": 3, "requestsPerWorker": 5, "lr": 0.01}}]})
+    doc["spec"]["algorithm"] = algorithm
+    errors = errors_of(doc)
+    for key in ("minIterationSeconds", "learnerQueueSize", "requestsPerWorker"):
+        assert f"set spec.config.{key}" in errors.pop(f"spec.multiAgent.policies[0].config.{key}")
+    assert errors == {}
+    doc["spec"]["config"] = {"minIterationSeconds": 6.0, "learnerQueueSize": 3, "requestsPerWorker": 5}
+    doc["spec"]["multiAgent"]["policies"][0]["config"] = {"lr": 0.01}
+    assert validate_document(doc).spec.config["learnerQueueSize"] == 3
+
+
+def test_a_policys_key_of_another_algorithm_names_whose_it_is() -> None:
+    policy = {"name": "a", "agents": ["*"], "config": {"learnerQueueSize": 3}}
+    errors = errors_of(manifest({"policies": [policy]}))
+    assert errors == {"spec.multiAgent.policies[0].config.learnerQueueSize":
+                      "'learnerQueueSize' is not a hyperparameter of ppo (it is one of impala and appo's)"}

@@ -105,8 +105,8 @@ def test_config_map_holds_the_resolved_spec_with_name_and_namespace():
 
 def test_config_map_says_which_rollouts_and_replay_fields_the_manifest_set():
     # experiment.yaml holds every default; the annotation keeps the task-kind defaults from taking them for the user's
-    body = build_config_map(experiment(rollouts={"workers": 2, "fragmentLength": 32}, replay={"capacity": 5000}),
-                            owner())
+    body = build_config_map(experiment(algorithm="dqn", rollouts={"workers": 2, "fragmentLength": 32},
+                                       replay={"capacity": 5000}), owner())
     doc = yaml.safe_load(body["data"]["experiment.yaml"])
     assert doc["spec"]["rollouts"]["envsPerWorker"] == 8  # written out, but not the user's
     assert doc["metadata"]["annotations"][SET_FIELDS_ANNOTATION] == (

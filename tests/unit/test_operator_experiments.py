@@ -169,3 +169,42 @@ def test_due_polls_come_each_on_their_own_schedule():
     assert {r.key for r in queue.due_polls(now=25.0, every=10.0)} == {("a", "early"), ("a", "late")}
     assert queue.due_polls(now=26.0, every=10.0) == []
 
+
+
+def test_a_poll_that_hangs_holds_up_no_other_experiments_polls(monkeypatch):
+    """One experiment's pass waiting on a hung API call: the other experiment is still polled on its schedule,
+    and the hung one is not polled again (no pile of passes) until its pass returns."""
+    import kopf
+
+    from kuberl.operator import handlers
+    from kuberl.operator.settings import Settings
+
+    slow, fast = ("research", "slow"), ("research", "fast")
+
+    async def scenario() -> tuple[int, int]:
+        hung, runs = asyncio.Event(), {slow: 0, fast: 0}
+
+        async def work(record: Experiment) -> None:
+            runs[record.key] += 1
+            if record.key == slow:
+                await hung.wait()
+
+        memo = kopf.Memo()
+        memo.settings = Settings(status_poll_seconds=0.01)
+        memo.experiments = ExperimentQueue(work)
+        for key in (slow, fast):
+            memo.experiments.record(key).next_poll = 0.0
+        loop = asyncio.create_task(handlers._poll_loop(memo, LOG))
+        try:
+            async with asyncio.timeout(60):  # a hang guard only
+                while runs[fast] < 3:
+                    await asyncio.sleep(0.01)
+            slow_runs = runs[slow]
+            hung.set()
+        finally:
+            loop.cancel()
+        return slow_runs, runs[fast]
+
+    monkeypatch.setattr(handlers, "POLL_TICK", 0.01)
+    slow_runs, fast_runs = asyncio.run(scenario())
+    assert fast_runs >= 3 and slow_runs == 1

@@ -256,6 +256,19 @@ def test_an_init_container_may_relax_the_read_only_root_but_stays_non_root():
     assert security["runAsNonRoot"] is True and security["allowPrivilegeEscalation"] is False
 
 
+def test_an_init_containers_capabilities_keep_the_main_containers_drop_all():
+    """Pod Security "restricted" asks every container to drop ALL: adding NET_BIND_SERVICE, or dropping one
+    more capability, must not replace the drop the operator set."""
+    for capabilities in ({"add": ["NET_BIND_SERVICE"]}, {"drop": ["NET_RAW"]}):
+        template = {"spec": {"initContainers": [{"name": "i", "image": "busybox",
+                                                 "securityContext": {"capabilities": capabilities}}]}}
+        pod = build_head_pod(experiment(head={"template": template}), OWNER, 1, status_port=PORT)
+        validate_strict(pod)
+        merged = pod["spec"]["initContainers"][0]["securityContext"]["capabilities"]
+        assert "ALL" in merged["drop"] and merged.get("add") == capabilities.get("add")
+        assert set(capabilities.get("drop", [])) <= set(merged["drop"])
+
+
 def _errors(role: str, template: dict, **spec: object) -> list[str]:
     with pytest.raises(ManifestError) as exc:
         experiment(**{role: {"template": template, **({"replicas": 1} if role == "workers" else {})}}, **spec)
@@ -294,6 +307,14 @@ def _errors(role: str, template: dict, **spec: object) -> list[str]:
      "spec.initContainers[0].securityContext.runAsNonRoot", "must be true"),
     ({"spec": {"initContainers": [{"name": "i", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]}},
      "spec.initContainers[0].securityContext.capabilities.add[0]", "NET_BIND_SERVICE"),
+    ({"spec": {"initContainers": [{"name": "i", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]}},
+     "spec.initContainers[0].securityContext.seccompProfile.type", "RuntimeDefault"),
+    ({"spec": {"initContainers": [{"name": "i", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}]}},
+     "spec.initContainers[0].securityContext.appArmorProfile.type", "RuntimeDefault"),
+    ({"spec": {"initContainers": [{"name": "i", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}]}},
+     "spec.initContainers[0].securityContext.seLinuxOptions.type", "container_t"),
+    ({"spec": {"initContainers": [{"name": "i", "securityContext": {"seLinuxOptions": {"user": "root"}}}]}},
+     "spec.initContainers[0].securityContext.seLinuxOptions.user", ""),
     ({"spec": {"nodeSelector": {"a": "b"}}}, "spec.nodeSelector", "nodeSelector instead"),
     ({"spec": {"serviceAccountName": "root"}}, "spec.serviceAccountName", "spec.serviceAccountName instead"),
     ({"spec": {"schedulerName": "x"}}, "spec.schedulerName", "spec.scheduling"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 
 from kuberl.operator.builders.podgroup import Placement
-from kuberl.operator.reconcile import _apply, _status_patch, experiment_of_pod, validate_body
+from kuberl.operator.reconcile import _apply, _ours, _status_patch, experiment_of_pod, validate_body
 from kuberl.operator.settings import Settings
-from kuberl.operator.status import Observation, decide, status_of
+from kuberl.operator.status import Observation, decide, pod_state, status_of
 from kuberl_testing.operator_harness import experiment_body
 
 
@@ -85,3 +85,21 @@ def test_a_pass_patches_the_typed_status_as_camel_case_json_and_leaves_unknown_k
     assert patch["conditions"][3] == {"type": "Stalled", "status": "True", "reason": "InvalidSpec",
                                       "message": "spec.env.id: unknown env", "lastTransitionTime": "2026-01-01T12:00:00Z",
                                       "observedGeneration": 2}
+
+
+def test_pods_of_a_former_experiment_of_the_same_name_are_on_their_way_out_not_adopted():
+    """Deleted and applied again before the garbage collector took the old pods: the new experiment neither
+    counts them (nor a restart when they go) nor deletes them, and waits for their names to be free."""
+    def pod(owner_uid):
+        return {"metadata": {"name": "exp-head", "labels": {"kuberl.io/role": "head"},
+                             "annotations": {"kuberl.io/attempt": "1"},
+                             "ownerReferences": [{"kind": "RLExperiment", "uid": owner_uid, "controller": True}]},
+                "status": {"phase": "Running"}}
+    old = _ours(pod_state(pod("uid-old")), pod("uid-old"), "uid-new")
+    assert old.deleting
+    assert not _ours(pod_state(pod("uid-new")), pod("uid-new"), "uid-new").deleting
+    now = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+    d = decide(Observation(generation=1, now=now, previous=status_of(None), pods=(old,), backoff_limit=0))
+    assert d.create_head is None and not d.delete_pods and d.restarts == 0 and d.status.phase == "Starting"
+    after = decide(Observation(generation=1, now=now, previous=d.status, backoff_limit=0))
+    assert after.create_head == 1 and after.restarts == 0

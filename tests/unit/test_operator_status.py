@@ -391,3 +391,103 @@ def test_a_trainer_value_of_the_wrong_type_is_skipped_not_fatal():
     trainer = {"phase": "Running", "attempt": 1, "iteration": "seven", "timesteps": 700}
     d = decide(obs(pods=(head(),), trainer=trainer, previous={"phase": "Running", "attempt": 1, "iteration": 6}))
     assert d.status.iteration == 6 and d.status.timesteps == 700 and d.status.phase == "Running"
+
+
+SECRET_GONE = "spec.storage.secretRef: Secret 's3' not found in namespace 'ns'"
+
+
+def test_a_secret_gone_while_running_keeps_the_pods_and_new_pods_wait_for_it():
+    """A Secret rotated or re-created under a running experiment: nothing is deleted for it, a pod that must be
+    (re)created waits with the reason said once, and the experiment goes on once the Secret is back."""
+    running = {"phase": "Running", "attempt": 1}
+    trainer = {"phase": "Running", "attempt": 1}
+    d = decide(obs(replicas=1, pods=(head(), worker(0)), trainer=trainer, missing_secret=SECRET_GONE,
+                   previous=running))
+    assert d.status.phase == "Running" and not d.delete_pods and not d.events
+    lost = decide(obs(replicas=1, pods=(head(),), trainer=trainer, missing_secret=SECRET_GONE, previous=running))
+    assert lost.status.phase == "Running" and not lost.create_workers and not lost.delete_pods
+    assert cond(lost.status, "Ready").reason == "SecretNotFound" and "'s3'" in lost.status.message
+    assert [(e.type, e.reason) for e in lost.events] == [("Warning", "SecretNotFound")]
+    again = decide(obs(replicas=1, pods=(head(),), trainer=trainer, missing_secret=SECRET_GONE,
+                       previous=lost.status))
+    assert again.events == [] and not again.create_workers  # still waiting, said once
+    back = decide(obs(replicas=1, pods=(head(),), trainer=trainer, previous=again.status))
+    assert back.create_workers == [0] and back.status.phase == "Running"
+
+
+def test_a_head_failure_while_the_secret_is_gone_is_counted_then_the_next_attempt_waits_for_it():
+    failed = decide(obs(pods=(head("Failed", exit_code=1),), missing_secret=SECRET_GONE,
+                        previous={"phase": "Running", "attempt": 1}))
+    assert failed.delete_pods == ["e-head"] and failed.restarts == 1 and failed.failed_attempt == 1
+    waiting = decide(obs(missing_secret=SECRET_GONE, previous=failed.status, restarts=1, failed_attempt=1))
+    assert waiting.create_head is None and waiting.status.attempt == 1 and waiting.status.phase == "Starting"
+    assert waiting.restarts == 1 and waiting.status.last_failure.attempt == 1
+    resumed = decide(obs(previous=waiting.status, restarts=1, failed_attempt=1))
+    assert resumed.create_head == 2 and resumed.restarts == 1
+
+
+def test_a_pull_error_of_the_image_the_experiment_already_ran_is_waited_out():
+    """A registry outage while a worker is recreated is no reason to end a run: the kubelet retries the pull.
+    A first pull that fails (a wrong or unloaded image) still fails fast, and so does an invalid name."""
+    ran = {"phase": "Running", "attempt": 1, "image": "docker.io/library/trainer:1", "imageID": "sha256:abc"}
+    trainer = {"phase": "Running", "attempt": 1}
+    pulling = worker(0, "Pending", waiting_reason="ImagePullBackOff", waiting_message="429", image="trainer:1")
+    d = decide(obs(replicas=1, pods=(head(image="trainer:1"), pulling), trainer=trainer, previous=ran))
+    assert d.status.phase == "Running" and not d.delete_pods and cond(d.status, "Ready").status == "False"
+    other = worker(0, "Pending", waiting_reason="ErrImagePull", image="trainer:2")
+    assert decide(obs(replicas=1, pods=(head(), other), previous=ran)).status.phase == "Failed"
+    invalid = worker(0, "Pending", waiting_reason="InvalidImageName", image="trainer:1")
+    assert decide(obs(replicas=1, pods=(head(), invalid), previous=ran)).status.phase == "Failed"
+    head_pulling = head("Pending", waiting_reason="ImagePullBackOff", waiting_message="429", image="trainer:1")
+    d = decide(obs(pods=(head_pulling,), previous={**ran, "phase": "Starting"}))
+    assert d.status.phase == "Pending" and d.status.message == "attempt 1: head pod Pending (ImagePullBackOff: 429)"
+
+
+def test_a_spec_failure_starts_afresh_on_a_new_generation():
+    """ImagePullFailed (and the other failures of a spec before it trained) end the experiment; a new
+    generation of the spec, spec.image fixed, starts it again without counting a restart."""
+    pulling = head("Pending", waiting_reason="ErrImagePull", image="bad:1")
+    failed = decide(obs(pods=(pulling,), previous={"phase": "Pending", "attempt": 1})).status
+    assert failed.phase == "Failed"
+    assert decide(obs(previous=failed)).status.phase == "Failed"  # the same generation stays failed
+    fixed = decide(obs(generation=2, previous=failed, failed_attempt=0))
+    assert fixed.create_head == 2 and fixed.restarts == 0 and fixed.status.phase == "Pending"
+    limit = decide(obs(pods=(head("Failed", exit_code=1),), backoff_limit=0,
+                       previous={"phase": "Running", "attempt": 1})).status
+    assert limit.phase == "Failed" and decide(obs(generation=2, previous=limit)).create_head is None
+
+
+def test_resuming_before_the_old_head_is_gone_is_not_a_failure():
+    """Suspend closes the attempt: a resume while the old head is still terminating waits for it, then starts
+    the next attempt, with backoffLimit 0 and nothing counted."""
+    d = decide(obs(suspend=True, pods=(head(),), backoff_limit=0, previous={"phase": "Running", "attempt": 1}))
+    assert d.failed_attempt == 1 and d.restarts == 0
+    going = decide(obs(pods=(head(deleting=True),), backoff_limit=0, previous=d.status, failed_attempt=1))
+    assert going.status.phase == "Starting" and going.restarts == 0
+    resumed = decide(obs(backoff_limit=0, previous=going.status, failed_attempt=1))
+    assert resumed.create_head == 2 and resumed.restarts == 0 and resumed.status.last_failure is None
+
+
+def test_an_invalid_edit_while_running_keeps_the_pods_and_says_why():
+    """The pods go on with the spec they run; Stalled says which fields the edit got wrong, one Warning."""
+    errors = ("spec.storage.uri: must be s3:// on a cluster",)
+    running = {"phase": "Running", "attempt": 1}
+    trainer = {"phase": "Running", "attempt": 1}
+    d = decide(obs(generation=2, replicas=1, pods=(head(), worker(0)), trainer=trainer, invalid_edit=errors,
+                   previous=running))
+    assert d.status.phase == "Running" and not d.delete_pods and d.use_running_spec and d.create_head is None
+    stalled = cond(d.status, "Stalled")
+    assert (stalled.status, stalled.reason) == ("True", "InvalidSpec") and "spec.storage.uri" in stalled.message
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "InvalidSpec")]
+    again = decide(obs(generation=2, replicas=1, pods=(head(), worker(0)), trainer=trainer, invalid_edit=errors,
+                       previous=d.status))
+    assert again.events == []
+    fixed = decide(obs(generation=3, replicas=1, pods=(head(), worker(0)), trainer=trainer, previous=again.status))
+    assert cond(fixed.status, "Stalled").status == "False" and not fixed.use_running_spec
+
+
+def test_an_invalid_edit_of_a_finished_experiment_leaves_it_finished():
+    done = {"phase": "Succeeded", "attempt": 1, "completionTime": "2026-01-01T11:59:00Z",
+            "conditions": [{"type": "Succeeded", "status": "True", "observedGeneration": 1}]}
+    d = decide(obs(generation=2, spec_errors=("spec.stop: set one",), previous=done))
+    assert d.status.phase == "Succeeded" and not d.events

@@ -53,7 +53,8 @@ def test_the_manifest_picks_the_sac_class() -> None:
 
 def test_apex_needs_a_shard_and_unset_means_one() -> None:
     base = {"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment", "metadata": {"name": "x"},
-            "spec": {"algorithm": "apex-dqn", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 10}}}
+            "spec": {"algorithm": "apex-dqn", "env": {"id": "CartPole-v1"}, "stop": {"timesteps": 10},
+                     "rollouts": {"workers": 1}}}
     validate_document(base)  # shards unset: one shard
     base["spec"]["replay"] = {"shards": 0}
     with pytest.raises(Exception, match="spec.replay.shards"):

@@ -63,3 +63,29 @@ def test_the_learner_actor_builds_its_learner_with_the_manifests_bf16(algorithm:
     actor = ShardLearner(config.algorithm_class().learner_builder, observation_space, action_space, config.params,
                          config.experiment.spec.learner, [])
     assert actor.learner.bf16 is bf16
+
+
+def test_prioritized_replays_beta_goes_on_from_a_checkpoints_adds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beta anneals on the transitions added to replay; a resumed run's shards start empty, so the count the
+    checkpoint holds carries it on rather than back to priorityBeta."""
+    env, observation_space, action_space = SHARDED["sac"]
+    config = AlgorithmConfig.from_experiment(load_manifest(experiment_manifest(
+        "sharded", algorithm="sac", env=env, rollouts={"workers": 2}, replay={"shards": 1, "prioritized": True},
+        config={"priorityBeta": 0.4, "priorityBetaFinal": 1.0, "priorityBetaTimesteps": 100_000},
+        stop={"timesteps": 1000},
+    )))
+    monkeypatch.setattr(ShardLearner, "_publish", lambda self: None)  # ray.put: there is no Ray here
+
+    def actor() -> ShardLearner:
+        return ShardLearner(config.algorithm_class().learner_builder, observation_space, action_space,
+                            config.params, config.experiment.spec.learner, [])
+
+    trained = actor()
+    trained.retired_adds = 50_000
+    assert trained._beta() == pytest.approx(0.7)
+    resumed = actor()
+    assert resumed._beta() == pytest.approx(0.4)
+    resumed.load_state_files(trained.state_files())
+    assert resumed._beta() == pytest.approx(0.7)
+    resumed.retired_adds = 10_000  # added since the resume
+    assert resumed._beta() == pytest.approx(0.76)

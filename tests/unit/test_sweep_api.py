@@ -60,6 +60,9 @@ def test_the_issue_example_is_valid():
     (lambda s: s["parameters"][0].update(path="stop.timesteps"),
      "spec.parameters[0].path: 'stop.timesteps' is not a path a sweep can set: a parameter sets config.NAME"),
     (lambda s: s["parameters"][0].update(path="lr"), "spec.parameters[0].path: 'lr' is not a path a sweep can set"),
+    (lambda s: s["parameters"][0].update(path="config.learningStarts", type="int", low=1, high=9, log=False),
+     "spec.parameters[0].path: 'config.learningStarts' is not a hyperparameter of ppo (it is one of dqn, "
+     "apex-dqn and sac's)"),
     (lambda s: s["parameters"][0].update(path="config.learning_rate"),
      "spec.parameters[0].path: 'config.learning_rate' is not a hyperparameter of ppo"),
     (lambda s: s["parameters"][1].update(path="config.entropy_coeff"),
@@ -98,6 +101,9 @@ def test_the_issue_example_is_valid():
     (lambda s: s.update(search={"algorithm": "bayes"}), "spec.search.algorithm: must be one of"),
     (lambda s: s.update(maxTrialz=3), "spec.maxTrialz: unknown field (did you mean 'maxTrials'?)"),
     (lambda s: s.update(parallelism=0), "spec.parallelism: must be >= 1"),
+    (lambda s: s.update(seedsPerTrial=3), "spec.parallelism: is 2, less than spec.seedsPerTrial (3): a trial "
+     "starts the runs of all its seeds at once, each taking a slot of parallelism, so set it to at least 3"),
+    (lambda s: s["template"].update(algorithm="PPO"), "spec.template.algorithm: must be one of"),
     (lambda s: s["template"].update(stop={}), "spec.template.stop: set at least one of"),
     (lambda s: s["template"].update(algorithm="a2c"), "spec.template.algorithm: must be one of"),
     (lambda s: s.update(objective={"metric": "evaluationReturnMean"}),
@@ -108,6 +114,33 @@ def test_the_issue_example_is_valid():
 def test_mistakes_are_named_by_field(change, expected):
     errors = errors_of(doc_with(change))
     assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_a_wrongly_cased_template_algorithm_suggests_the_right_one():
+    errors = errors_of(doc_with(lambda s: s["template"].update(algorithm="PPO")))
+    assert errors[0].startswith("spec.template.algorithm:") and errors[0].endswith("(did you mean 'ppo'?)")
+
+
+def test_seeds_per_trial_up_to_parallelism_are_accepted():
+    assert validate_sweep_document(doc_with(lambda s: s.update(seedsPerTrial=2))).spec.seeds_per_trial == 2
+
+
+def test_range_and_template_checks_come_with_the_other_errors_in_one_run():
+    """A mistake elsewhere in the sweep does not hide the parameters' ranges, the template's own checks or
+    parallelism against seedsPerTrial: every mistake in one run."""
+    def change(s: dict[str, Any]) -> None:
+        s.update(paralellism=2, seedsPerTrial=3, search={"algorithm": "grid"})
+        s["template"].pop("stop")
+        s["parameters"][0].update(low=0.01, high=0.001)
+        s["parameters"].append({"path": "config.numEpochs", "type": "integer", "low": 1, "high": 4})
+    errors = errors_of(doc_with(change))
+    for expected in ("spec.paralellism: unknown field", "spec.parameters[2].type: must be one of",
+                     "spec.template.stop: set at least one of",
+                     "spec.parameters[0].high: must be greater than low",
+                     "spec.parameters[0].step: grid search needs a step",
+                     "spec.parallelism: is 2, less than"):
+        assert any(e.startswith(expected) for e in errors), (expected, errors)
+    assert not any(e.startswith("spec.parameters[2].") and ".type" not in e for e in errors)
 
 
 def test_every_example_sweep_is_valid_for_kuberl_and_the_crd():
@@ -163,3 +196,22 @@ def test_a_pbt_sweeps_manifest_form_validates_again():
     again = validate_sweep_document(copy.deepcopy(manifest))
     assert again.spec.max_trials == 4
     assert again.to_manifest() == manifest
+
+
+def test_validate_and_sweep_run_the_templates_env_checks(tmp_path, capsys, monkeypatch):
+    """A template whose env cannot be built is named before any trial runs: validated, it used to pass, and
+    `kuberl sweep` then failed every trial on it."""
+    from kuberl import cli
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(ISSUE_EXAMPLE.replace("CartPole-v1", "CartPol-v1"))
+    assert cli.main(["validate", "-f", str(path)]) == 2
+    assert "spec.template.env.id: unknown Gymnasium env id 'CartPol-v1'" in capsys.readouterr().err
+    assert cli.main(["validate", "-f", str(path), "--skip-env-checks"]) == 0
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sweep", "-f", str(path), "--dir", str(tmp_path / "sw")]) == 2
+    assert "spec.template.env.id: unknown Gymnasium env id" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()  # no trial started, no sweep directory
+    path.write_text(ISSUE_EXAMPLE)
+    assert cli.main(["validate", "-f", str(path)]) == 0

@@ -7,9 +7,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from kuberl.api.defaults import resolved_defaults, spec_fields_set
 from kuberl.api.sweep_types import TrialState
 from kuberl.api.sweep_validation import validate_sweep_document
+from kuberl.api.validation import validate_document
+from kuberl.operator.builders.common import resolve_experiment
 from kuberl.operator.builders.trial import build_trial
+from kuberl.operator.settings import Settings
 from kuberl.operator.sweep_decision import RunObservation, decide_sweep
 from kuberl.sweep import plan, search
 from kuberl.sweep.local import run_manifests
@@ -149,3 +153,29 @@ def test_a_member_without_a_checkpoint_leaves_the_population_before_the_step():
     assert state.pbt_round == 1 and state.trials[1].state == TrialState.FAILED
     assert all(step.donor != 1 and step.trial != 1 for step in steps)
     assert [len(t.seeds) for t in state.trials] == [2, 1, 2]
+
+
+def test_a_trial_is_defaulted_as_its_template_run_alone():
+    """What the template leaves unset stays unset in its trials: SAC's continuous-control defaults (a 1M
+    uniform buffer, one env) and the operator's pod sizes apply to a trial as to the template's own run, both
+    as `kuberl sweep` and as the operator make it."""
+    template = {"algorithm": "sac", "env": {"id": "Pendulum-v1"}, "stop": {"timesteps": 20000},
+                "storage": {"uri": "s3://bucket/runs"}}
+    parameters = [{"path": "config.lr", "type": "float", "low": 1e-4, "high": 1e-3}]
+    spec = {"template": template, "search": {"algorithm": "random", "seed": 1}, "parameters": parameters}
+    s = validate_sweep_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLSweep",
+                                 "metadata": {"name": "sw"}, "spec": spec})
+    record = search.propose(s.spec, SweepState(), s.name)[0]
+    alone = validate_document({"apiVersion": "kuberl.io/v1alpha1", "kind": "RLExperiment",
+                               "metadata": {"name": "a"},
+                               "spec": {**template, "config": {"lr": record.params["config.lr"]}}})
+    expected = resolved_defaults(alone, "continuous-vector")[1]
+    assert expected["replay.capacity"] == 1_000_000 and expected["replay.prioritized"] is False
+    by_local = validate_document(run_manifests(s.spec, record)[0])
+    by_operator = validate_document(build_trial(SWEEP_BODY, s.spec, record))
+    settings = Settings(default_head_cpu="7", default_worker_memory="9Gi")
+    for trial in (by_local, by_operator):
+        assert resolved_defaults(trial, "continuous-vector")[1] == expected
+        assert spec_fields_set(trial) == spec_fields_set(alone) == ""  # the operator's annotation
+        resolved = resolve_experiment(trial, settings, "ns")
+        assert (resolved.spec.head.cpu, resolved.spec.workers.memory) == ("7", "9Gi")

@@ -351,3 +351,16 @@ def test_impala_and_appo_have_no_unmeasured_continuous_set_and_say_so(algorithm,
                                "(docs/manifest.md's hyperparameter tables)")
     assert main(["validate", "-f", write(tmp_path, doc(algorithm, "Pendulum-v1"))]) == 0
     assert f"no continuous-control defaults for {algorithm}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("env", "preprocessing", "kind"), [("CartPole-v1", "none", "discrete-vector"),
+                                                             ("ALE/Pong-v5", "atari", "image")])
+def test_a_uniform_replay_gets_no_priority_settings_from_the_set(env, preprocessing, kind):
+    """They would have no effect, and validation refuses such settings: a manifest that turns prioritization
+    off must not fail on values the defaults wrote."""
+    exp = experiment("dqn", env, preprocessing, replay={"prioritized": False})
+    _, values = resolved_defaults(exp, kind)
+    assert values and not [path for path in values if path.startswith("config.priority")]
+    assert with_values(exp, values).spec.replay.prioritized is False
+    _, prioritized = resolved_defaults(experiment("dqn", env, preprocessing), kind)
+    assert "config.priorityAlpha" in prioritized

@@ -71,6 +71,11 @@ only created (names are deterministic; ownerReferences delete them), pods also l
 - apiGroups: [kuberl.io]
   resources: [rlexperiments/status]
   verbs: [patch]
+{{- /* the children's ownerReferences block their experiment's foreground deletion (blockOwnerDeletion): the
+OwnerReferencesPermissionEnforcement admission plugin (on in OpenShift) asks for this of whoever sets it */}}
+- apiGroups: [kuberl.io]
+  resources: [rlexperiments/finalizers]
+  verbs: [update]
 - apiGroups: [kuberl.io]
   resources: [rlsweeps]
   verbs: [get, list, watch]

@@ -86,3 +86,26 @@ REGISTRY: dict[str, AlgorithmEntry] = {
 
 ALGORITHM_NAMES: tuple[str, ...] = tuple(REGISTRY)
 HYPERPARAMS: dict[str, type[CommonParams]] = {name: entry.hyperparams for name, entry in REGISTRY.items()}
+
+
+def hyperparameter_names(algorithm: str) -> list[str]:
+    """`spec.config`'s keys for `algorithm`, by their manifest (camelCase) names."""
+    return [info.alias or name for name, info in REGISTRY[algorithm].hyperparams.model_fields.items()]
+
+
+def unknown_hyperparameter(key: str, algorithm: str, shown: str | None = None) -> str | None:
+    """Why `key`, not a hyperparameter of `algorithm`, is refused, where it is one of another algorithm's (or
+    one `algorithm` replaces): "'clipParam' is not a hyperparameter of dqn (it is one of ppo and appo's)";
+    else None. `shown`: the name the message quotes (a sweep's parameter path), default `key`."""
+    instead = REGISTRY[algorithm].hyperparams.not_read.get(key)
+    if instead is not None:
+        return f"{shown or key!r} is not a hyperparameter of {algorithm}: {instead}"
+    owners = [name for name in REGISTRY if name != algorithm and key in hyperparameter_names(name)]
+    if not owners:
+        return None
+    return f"{shown or key!r} is not a hyperparameter of {algorithm} (it is one of {listed(owners)}'s)"
+
+
+def listed(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

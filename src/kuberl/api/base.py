@@ -20,6 +20,26 @@ class StrictModel(BaseModel):
         strict=True,
     )
 
-    def to_manifest(self) -> dict[str, Any]:
-        """The manifest form: camelCase keys, unset optional fields left out."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+    def to_manifest(self, *, exclude_unset: bool = False) -> dict[str, Any]:
+        """The manifest form: camelCase keys, unset optional fields left out. exclude_unset=True leaves out
+        every field the user did not set (in the document or by assignment), so that what kuberl defaults from
+        what is unset (the task-kind defaults, the operator's pod sizes) still sees it unset; the default
+        writes every value."""
+        if not exclude_unset:
+            return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        model = self.model_copy(deep=True)
+        _mark_changed(model)
+        return model.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, mode="json")
+
+
+def _mark_changed(model: BaseModel) -> None:
+    """Count as set every field whose value differs from its default: pydantic records an assignment to a
+    nested model's field (spec.rollouts.workers = 4) in that model only, so its parent would leave it out."""
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, BaseModel):
+                _mark_changed(child)
+        if name not in model.model_fields_set and not info.is_required() and (
+                value != info.get_default(call_default_factory=True, validated_data={})):
+            model.model_fields_set.add(name)

@@ -64,6 +64,7 @@ EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1  # any code but the three others means the same: retried up to spec.backoffLimit
 EXIT_INVALID_SPEC = 2  # the spec or its storage cannot work: never retried
 EXIT_TERMINATED = 143  # stopped by SIGTERM after a final checkpoint
+EXIT_INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C, which no pod gets) after a final checkpoint
 
 _EXIT_CODES = {RESULT_SUCCEEDED: EXIT_SUCCEEDED, RESULT_INVALID_SPEC: EXIT_INVALID_SPEC,
                RESULT_TERMINATED: EXIT_TERMINATED}

@@ -279,8 +279,9 @@ def resolved_defaults(experiment: RLExperiment, kind: TaskKind) -> tuple[str, di
 
     The name is "<kind label> defaults for <algorithm>"; where the algorithm cannot act in `kind` (dqn with
     continuous actions, which the env checks refuse) or its set is empty (`set_note`) the values are empty. PPO's
-    minibatch is cut to the train batch where the manifest's rollouts make that smaller; a RunBudget value is the
-    run's stop.timesteps.
+    minibatch is cut to the train batch where the manifest's rollouts make that smaller; the priority settings
+    are left out where the replay is uniform (replay.prioritized false); a RunBudget value is the run's
+    stop.timesteps.
     """
     algorithm = experiment.spec.algorithm
     name = f"{KIND_LABELS[kind]} defaults for {algorithm}"
@@ -291,6 +292,9 @@ def resolved_defaults(experiment: RLExperiment, kind: TaskKind) -> tuple[str, di
     values = {path: _resolve_value(value, experiment) for path, value in chosen.plain().items() if path not in taken}
     if "config.minibatchSize" in values:
         values["config.minibatchSize"] = min(values["config.minibatchSize"], _train_batch(experiment, values))
+    if not values.get("replay.prioritized", experiment.spec.replay.prioritized):
+        # a uniform replay reads no priority settings: the set's would be refused as having no effect
+        values = {path: value for path, value in values.items() if not path.startswith("config.priority")}
     if experiment.spec.stop.timesteps is None:
         # annealing runs over the step budget: with none there is nothing to anneal over, so the rate stays the
         # algorithm's own (constant) instead of the trainer warning about a value the manifest never set

@@ -8,7 +8,7 @@ them, the set for its kind of task (continuous control, images: `kuberl.api.defa
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -40,6 +40,9 @@ ANNEAL_TIMESTEPS = ("The env steps annealLr decays the rate over, counted from t
 
 
 class CommonParams(StrictModel):
+    # A manifest name an algorithm inherits but replaces with others: the key is refused with this hint.
+    not_read: ClassVar[dict[str, str]] = {}
+
     seed: int | None = Field(None, ge=0, description="Seeds envs, torch and numpy; runs with one seed repeat.")
     lr: float = Field(3e-4, gt=0, le=1.0, description="The optimizer's (Adam's) learning rate.")
     gamma: float = Field(0.99, ge=0, le=1.0, description="Discount factor of future rewards.")
@@ -127,10 +130,14 @@ class DQNParams(CommonParams):
 class ShardReplayParams(StrictModel):
     """The replay-shard topology's settings (`kuberl.trainer.algorithms.sharded`): Ape-X, SAC with replay.shards."""
 
-    weight_sync_interval: int = Field(20, ge=1, description="Learner updates between weight broadcasts.")
-    prefetch: int = Field(4, ge=1, le=64, description="Outstanding replay sample requests per shard.")
+    weight_sync_interval: int = Field(
+        20, ge=1, description="With replay shards: learner updates between weight broadcasts to the rollout "
+        "workers.")
+    prefetch: int = Field(4, ge=1, le=64,
+                          description="With replay shards: outstanding sample requests per shard.")
     max_replay_ratio: float | None = Field(
-        8.0, gt=0, description="Upper bound on sampled/added transitions, so the learner cannot overfit a small buffer."
+        8.0, gt=0, description="With replay shards: upper bound on sampled/added transitions, so the learner "
+        "cannot overfit a small buffer."
     )
     min_iteration_seconds: float = Field(
         1.0, gt=0, le=3600, description="With replay shards: wall time one train() iteration (one results line) covers."
@@ -138,6 +145,14 @@ class ShardReplayParams(StrictModel):
 
 
 class ApexDQNParams(ShardReplayParams, DQNParams):
+    # DQN's final epsilon is not a field here (so refused, and not in the reference), but stays an attribute:
+    # the DQN code Ape-X shares takes DQNParams.
+    epsilon_end: ClassVar[float] = 0.05  # type: ignore[misc]
+    not_read: ClassVar[dict[str, str]] = {
+        "epsilonEnd": "each worker explores with its own final epsilon, workerEpsilonBase ** (1 + "
+                      "workerEpsilonExponent * i/(N-1)): set workerEpsilonBase or workerEpsilonExponent "
+                      "instead",
+    }
     lr: float = Field(5e-4, gt=0, le=1.0)
     # Ape-X keeps the learner it was measured with (docs/benchmarks.md), not DQN's CleanRL settings.
     hidden: list[LayerWidth] = Field(default_factory=lambda: [128, 128], min_length=1, max_length=8)

@@ -15,16 +15,23 @@ import fnmatch
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kuberl.api.algorithms import REGISTRY
+from kuberl.api.algorithms import REGISTRY, hyperparameter_names
 from kuberl.api.hyperparams import CommonParams
 from kuberl.api.types import PolicySpec, RLExperiment, RLExperimentSpec
 
 SHARED_POLICY = "shared"
 POLICIES_PATH = "spec.multiAgent.policies"
 GLOB_CHARACTERS = frozenset("*?[")
-# Settings of the whole run, not of one policy's learner.
-RUN_WIDE_CONFIG = {"seed": "the run's seed is spec.config.seed",
-                   "observationFilter": "one observation filter serves the run: set spec.config.observationFilter"}
+# Settings of the whole run, not of one policy's learner: refused in a policy's config where the algorithm
+# has them.
+RUN_WIDE_CONFIG = {
+    "seed": "the run's seed is spec.config.seed",
+    "observationFilter": "one observation filter serves the run: set spec.config.observationFilter",
+    "minIterationSeconds": "one iteration trains every policy: set spec.config.minIterationSeconds",
+    "learnerQueueSize": "the policies share one queue of fragments: set spec.config.learnerQueueSize",
+    "requestsPerWorker": "each rollout worker samples for every policy at once: set "
+                         "spec.config.requestsPerWorker",
+}
 
 
 def policies_of(spec: RLExperimentSpec) -> list[PolicySpec]:
@@ -93,6 +100,8 @@ def policy_errors(experiment: RLExperiment) -> list[tuple[str, str]]:
     if multi is None:
         return []
     errors: list[tuple[str, str]] = []
+    hyperparameters = hyperparameter_names(experiment.spec.algorithm)
+    run_wide = {key: why for key, why in RUN_WIDE_CONFIG.items() if key in hyperparameters}
     seen: dict[str, int] = {}
     exact: dict[str, str] = {}
     for index, policy in enumerate(multi.policies):
@@ -106,7 +115,7 @@ def policy_errors(experiment: RLExperiment) -> list[tuple[str, str]]:
                     errors.append((f"{path}.agents[{position}]",
                                    f"agent {agent!r} is already served by policy {exact[agent]!r}"))
                 exact.setdefault(agent, policy.name)
-        errors.extend((f"{path}.config.{key}", why) for key, why in RUN_WIDE_CONFIG.items() if key in policy.config)
+        errors.extend((f"{path}.config.{key}", why) for key, why in run_wide.items() if key in policy.config)
     names = [policy.name for policy in policies_of(experiment.spec)]
     for index, name in enumerate(multi.policies_to_train or []):
         if name not in names:

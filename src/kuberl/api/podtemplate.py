@@ -70,6 +70,16 @@ INIT_SECURITY_LIMITS: dict[str, dict[str, Any]] = {
     "runAsUser": {"minimum": 1},
     "procMount": {"enum": ["Default"]},
 }
+# ... and in the nested fields, the values Pod Security's "restricted" level allows.
+_RESTRICTED_PROFILE = {"enum": ["RuntimeDefault", "Localhost"]}
+INIT_SECURITY_NESTED_LIMITS: dict[tuple[str, str], dict[str, Any]] = {
+    ("seccompProfile", "type"): _RESTRICTED_PROFILE,
+    ("appArmorProfile", "type"): _RESTRICTED_PROFILE,
+    ("seLinuxOptions", "type"): {"enum": ["", "container_t", "container_init_t", "container_kvm_t",
+                                          "container_engine_t"]},
+    ("seLinuxOptions", "user"): {"enum": [""]},
+    ("seLinuxOptions", "role"): {"enum": [""]},
+}
 _DROPPED_KEYS = {"default", "x-kubernetes-patch-merge-key", "x-kubernetes-patch-strategy",
                  "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
                  "x-kubernetes-unions", "additionalProperties_false"}
@@ -162,6 +172,10 @@ def generate_schema(version: str = KUBERNETES_VERSION) -> dict[str, Any]:
     security = props["initContainers"]["items"]["properties"]["securityContext"]["properties"]
     for field, limit in INIT_SECURITY_LIMITS.items():
         security[field] = {**security[field], **limit}
+    for (field, part), limit in INIT_SECURITY_NESTED_LIMITS.items():
+        if field in security:  # appArmorProfile: Kubernetes 1.30 and later
+            nested = security[field]["properties"]
+            nested[part] = {**nested[part], **limit}
     security["capabilities"]["properties"]["add"]["items"] = {
         **security["capabilities"]["properties"]["add"]["items"], "enum": ["NET_BIND_SERVICE"]}
     security["windowsOptions"]["properties"]["hostProcess"] = {

@@ -141,7 +141,8 @@ class RLSweepSpec(StrictModel):
                              "once).")
     seeds_per_trial: int = Field(
         1, ge=1, le=16, description="Runs per trial with config.seed = seed, seed+1, ...; the trial's value is "
-        "their mean (each run takes a slot of parallelism).",
+        "their mean. A trial starts them all at once, each in a slot of parallelism, which must be at least "
+        "this.",
     )
     max_failed_trials: int | None = Field(
         None, ge=0, le=MAX_TRIALS, description="End the sweep as Failed once more trials than this failed; unset: "

@@ -13,9 +13,10 @@ import math
 import re
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from kuberl.api.algorithms import REGISTRY
+from kuberl.api.algorithms import REGISTRY, unknown_hyperparameter
 from kuberl.api.results import metric_error
 from kuberl.api.sweep_types import KIND, PARAMETER_PATH_PATTERN, PLURAL, RLSweep, RLSweepSpec, SweepParameter
 from kuberl.api.types import API_VERSION, RLExperimentSpec, RolloutsSpec
@@ -30,6 +31,8 @@ from kuberl.api.validation import (
     parse_yaml,
     unparsed_config_errors,
     validate_document,
+    validate_manifest_model,
+    with_algorithm_hint,
 )
 
 __all__ = ["KIND", "PLURAL", "grid_values", "load_sweep", "set_path", "trial_spec", "validate_sweep_document"]
@@ -145,6 +148,9 @@ def parameter_path_error(path: str, algorithm: str | None) -> str | None:
         if path.startswith("env.config.") or root not in settable or name in settable[root]:
             return None
         what = f"a hyperparameter of {algorithm}" if root == "config" else "a field of rollouts"
+        other = unknown_hyperparameter(name, algorithm, shown=path) if root == "config" and algorithm else None
+        if other is not None:  # another algorithm's, or one this algorithm replaces
+            return other
     else:
         what = ("a path a sweep can set: a parameter sets config.NAME (a hyperparameter), rollouts.NAME or "
                 "env.config.NAME, in the manifest's camelCase")
@@ -181,16 +187,33 @@ def _template_errors(index: int, parameter: SweepParameter, template: dict[str, 
     return []
 
 
+def template_errors(template: Any, sweep_name: str) -> list[FieldError]:
+    """The template (a spec in manifest form) validated as an RLExperiment, its errors named under
+    spec.template."""
+    try:
+        validate_document({"apiVersion": API_VERSION, "kind": "RLExperiment",
+                           "metadata": {"name": sweep_name}, "spec": template})
+    except ManifestError as exc:
+        return [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in exc.errors]
+    return []
+
+
+def parallelism_errors(parallelism: int, seeds_per_trial: int) -> list[FieldError]:
+    """A trial starts all its seeds' runs at once, each taking a slot: fewer slots than seeds would overrun
+    parallelism."""
+    if parallelism >= seeds_per_trial:
+        return []
+    return [FieldError("spec.parallelism", f"is {parallelism}, less than spec.seedsPerTrial "
+                       f"({seeds_per_trial}): a trial starts the runs of all its seeds at once, each taking "
+                       f"a slot of parallelism, so set it to at least {seeds_per_trial}")]
+
+
 def cross_field_errors(sweep: RLSweep) -> list[FieldError]:
     spec: RLSweepSpec = sweep.spec
-    template = spec.template.to_manifest()
-    try:  # the template's own cross-field and hyperparameter checks, named under spec.template
-        validate_document({"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep.name},
-                           "spec": template})
-        template_valid, errors = True, []
-    except ManifestError as exc:
-        template_valid = False
-        errors = [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in exc.errors]
+    template = spec.template.to_manifest(exclude_unset=True)
+    errors = template_errors(template, sweep.name)  # the template's own cross-field and hyperparameter checks
+    template_valid = not errors
+    errors += parallelism_errors(spec.parallelism, spec.seeds_per_trial)
     paths = [p.path for p in spec.parameters]
     for index, parameter in enumerate(spec.parameters):
         if paths.index(parameter.path) != index:
@@ -256,24 +279,56 @@ def _metric_errors(metric: Any, template: Any) -> list[FieldError]:
 
 def unparsed_sweep_errors(spec: Any, found: list[FieldError]) -> list[FieldError]:
     """The checks of a sweep whose spec failed the schema that need only a few of its fields: the template's
-    hyperparameters, each parameter's path, the objective; each where the schema did not already name it."""
+    hyperparameters (all its checks where the schema passed it), each parameter's path and range, parallelism
+    against seedsPerTrial, the objective; each where the schema did not already name it."""
     if not isinstance(spec, dict) or any(e.path in ENVELOPE_FIELDS for e in found):
         return []
     named = {e.path for e in found}
     template = spec.get("template")
-    errors = unparsed_config_errors(template, "spec.template", found)
+    if isinstance(template, dict) and not any(_under(e.path, "spec.template") for e in found):
+        errors = template_errors(template, "sweep")  # the schema passed it: its cross-field checks too
+    else:
+        errors = unparsed_config_errors(template, "spec.template", found)
     algorithm = template.get("algorithm") if isinstance(template, dict) else None
     parameters = spec.get("parameters")
+    search = spec.get("search", {})
+    search_algorithm = search.get("algorithm", "tpe") if isinstance(search, dict) else None
     for index, parameter in enumerate(parameters if isinstance(parameters, list) else []):
-        path = parameter.get("path") if isinstance(parameter, dict) else None
-        where = f"spec.parameters[{index}].path"
-        why = parameter_path_error(path, algorithm) if isinstance(path, str) and where not in named else None
-        if why is not None:
-            errors.append(FieldError(where, why))
+        errors += _unparsed_parameter_errors(index, parameter, algorithm, search_algorithm, found)
+    seeds, parallelism = spec.get("seedsPerTrial", 1), spec.get("parallelism", 1)
+    if _is_int(seeds) and _is_int(parallelism) and not named & {"spec.seedsPerTrial", "spec.parallelism"}:
+        errors += parallelism_errors(parallelism, seeds)
     objective = spec.get("objective")
     if isinstance(objective, dict) and "spec.objective.metric" not in named:
         errors += _metric_errors(objective.get("metric", "episodeReturnMean"), template)
     return errors
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith((f"{prefix}.", f"{prefix}["))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _unparsed_parameter_errors(index: int, parameter: Any, algorithm: Any, search: Any,
+                               found: list[FieldError]) -> list[FieldError]:
+    """One parameter of a sweep whose spec failed the schema: its path, and where the parameter itself passed
+    the schema, its range (the checks against the template need the whole sweep valid)."""
+    where = f"spec.parameters[{index}]"
+    path = parameter.get("path") if isinstance(parameter, dict) else None
+    why = parameter_path_error(path, algorithm) if isinstance(path, str) and f"{where}.path" not in {
+        e.path for e in found} else None
+    if why is not None:
+        return [FieldError(f"{where}.path", why)]
+    if any(_under(e.path, where) for e in found) or not isinstance(parameter, dict):
+        return []
+    try:
+        validated = validate_manifest_model(SweepParameter, parameter)
+    except ValidationError:
+        return []
+    return _range_errors(index, validated, search if isinstance(search, str) else "")
 
 
 def validate_sweep_document(doc: dict[str, Any], *, strict: bool = True) -> RLSweep:
@@ -281,7 +336,10 @@ def validate_sweep_document(doc: dict[str, Any], *, strict: bool = True) -> RLSw
     try:
         sweep = parse_resource(doc, RLSweep, KIND, strict=strict)
     except ManifestError as exc:
-        raise ManifestError(exc.errors + unparsed_sweep_errors(doc.get("spec"), exc.errors)) from None
+        spec = doc.get("spec")
+        template = spec.get("template") if isinstance(spec, dict) else None
+        errors = with_algorithm_hint(exc.errors, template, "spec.template")
+        raise ManifestError(errors + unparsed_sweep_errors(spec, exc.errors)) from None
     errors = cross_field_errors(sweep)
     if errors:
         raise ManifestError(errors)
@@ -310,7 +368,7 @@ def sweep_cluster_errors(sweep: RLSweep) -> list[FieldError]:
 
     spec = sweep.spec
     template = {"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep.name},
-                "spec": spec.template.to_manifest()}
+                "spec": spec.template.to_manifest(exclude_unset=True)}
     errors = [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message)
               for e in cluster_errors(validate_document(template)) if e.path != "spec.storage.uri"]
     if spec.objective.metric not in STATUS_METRICS:

@@ -124,7 +124,8 @@ class EnvSpec(StrictModel):
 
 
 class RolloutsSpec(StrictModel):
-    workers: int = Field(0, ge=0, le=1024, description="Rollout worker actors; 0 samples in the learner's process.")
+    workers: int = Field(0, ge=0, le=1024, description="Rollout worker actors; 0 samples in the learner's process "
+                         "(apex-dqn samples only on them: 1 or more).")
     envs_per_worker: int = Field(8, ge=1, le=4096, description="Vectorised envs each worker steps.")
     fragment_length: int = Field(64, ge=1, le=100_000, description="Steps per env in each sample batch.")
     env_threads: int | None = Field(
@@ -166,7 +167,9 @@ class LearnerSpec(StrictModel):
     gpus: int = Field(
         0, ge=0, json_schema_extra={"maximum": 1},
         description="GPUs the learner trains on (0 or 1: the learner is not data-parallel); with 1 it trains on "
-        "CUDA and some pod must provide the GPU.",
+        "CUDA. In a cluster the head pod must have the GPU (spec.head.gpus): the learner trains in the "
+        "trainer's process there, except apex-dqn's and sac's with replay shards, a Ray actor that may run "
+        "on a worker pod with one (spec.workers.gpus). Rollout workers sample on CPUs.",
     )
 
     bf16: Bf16Setting = Field(
@@ -197,8 +200,8 @@ class LearnerSpec(StrictModel):
     @classmethod
     def _one_gpu(cls, gpus: int) -> int:
         if gpus > 1:
-            raise ValueError(f"is {gpus}, but the learner trains on at most 1 GPU (it is not data-parallel); "
-                             "set 1 and give rollout workers the other GPUs through spec.workers.gpus")
+            raise ValueError(f"is {gpus}, but the learner trains on at most 1 GPU (it is not data-parallel): "
+                             "set 1 (rollout workers sample on CPUs, so more GPUs would sit idle)")
         return gpus
 
 
@@ -542,6 +545,11 @@ class CustomResource(StrictModel):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    def to_manifest(self, *, exclude_unset: bool = False) -> dict[str, Any]:
+        """The manifest form; apiVersion and kind always, though a Python-built object never sets them."""
+        return {"apiVersion": self.api_version, "kind": self.kind,
+                **super().to_manifest(exclude_unset=exclude_unset)}
 
 
 class RLExperiment(CustomResource):

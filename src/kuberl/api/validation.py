@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,11 +18,29 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kuberl.api.algorithms import REGISTRY
-from kuberl.api.hyperparams import CommonParams, PPOParams
+from kuberl.api.algorithms import REGISTRY, listed, unknown_hyperparameter
+from kuberl.api.hyperparams import CommonParams, DQNParams, PPOParams, ShardReplayParams
 from kuberl.api.multiagent import policy_errors, policy_params
 from kuberl.api.podtemplate import template_errors
-from kuberl.api.types import API_VERSION, KIND, PYTHON_NAME, RLExperiment
+from kuberl.api.storage_uri import ACCEPTED as STORAGE_ACCEPTED
+from kuberl.api.storage_uri import storage_uri_problem
+from kuberl.api.types import (
+    API_VERSION,
+    CLASS_PATH_PATTERN,
+    CPU_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    ENDPOINT_PATTERN,
+    IMAGE_PATTERN,
+    KIND,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MEMORY_PATTERN,
+    POLICY_NAME_PATTERN,
+    PYTHON_NAME,
+    STORAGE_URI_PATTERN,
+    WRAPPER_NAME_PATTERN,
+    RLExperiment,
+)
 
 ResourceT = TypeVar("ResourceT", bound=BaseModel)
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -54,11 +73,36 @@ def fail(path: str, message: str) -> ManifestError:
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses alias bombs ("billion laughs") by counting expanded nodes."""
+    """SafeLoader that refuses alias bombs ("billion laughs") by counting expanded nodes, and reads numbers in
+    exponent form as YAML 1.2 (and so kubectl) does: PyYAML's YAML 1.1 resolver takes `3e-4`, `1e5` and
+    `1.0e5` for strings, as it wants a dot and a signed exponent."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _count_nodes(node, budget=[MAX_YAML_NODES])
         return super().construct_document(node)
+
+
+class _NumberQuotingDumper(yaml.SafeDumper):
+    """SafeDumper that quotes a string load_yaml would read back as a number (`"1e5"`, `"3e-4"`)."""
+
+
+for _resolver_class in (_BoundedLoader, _NumberQuotingDumper):
+    _resolver_class.add_implicit_resolver(
+        "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+        list("-+.0123456789"))
+
+
+def dump_yaml(document: Any, **options: Any) -> str:
+    """YAML as kuberl writes it (a run's experiment.yaml, the operator's ConfigMap), read back the same by
+    load_yaml."""
+    text: str = yaml.dump(document, Dumper=_NumberQuotingDumper, **options)
+    return text
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document (a manifest's, a --set value's) as kuberl reads every manifest; raises
+    yaml.YAMLError."""
+    return yaml.load(text, Loader=_BoundedLoader)
 
 
 def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
@@ -106,7 +150,7 @@ def apply_overrides(doc: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if parts[0] not in ("spec", "metadata", "apiVersion", "kind"):
             parts = ["spec", *parts]
         try:
-            value = yaml.safe_load(raw) if raw else ""
+            value = load_yaml(raw) if raw else ""
         except yaml.YAMLError:
             value = raw
         node = doc
@@ -183,7 +227,6 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
     "less_than": lambda ctx: f"must be < {ctx['lt']}",
     "missing": lambda ctx: "required field is missing",
-    "string_pattern_mismatch": lambda ctx: f"must match the pattern {ctx['pattern']}",
     "string_too_short": lambda ctx: f"must be at least {ctx['min_length']} characters",
     "string_too_long": lambda ctx: f"must be at most {ctx['max_length']} characters",
     "too_short": lambda ctx: f"must have at least {ctx['min_length']} items",
@@ -204,6 +247,28 @@ _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "value_error": lambda ctx: str(ctx.get("error", "invalid value")),
 }
 
+
+# Errors of a value's type: the message shows the value, since YAML may have read it otherwise than meant.
+_TYPE_ERRORS = frozenset({"int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+                          "bool_type", "bool_parsing", "string_type", "dict_type", "model_type",
+                          "model_attributes_type", "list_type"})
+
+# What each pattern of the schema accepts, in words (spec.storage.uri's: kuberl.api.storage_uri).
+_ENDS = "starting and ending with a letter or digit"
+_PATTERN_WORDS: dict[str, str] = {
+    DNS_SUBDOMAIN_PATTERN: f"must be lowercase letters, digits, '-' and '.', {_ENDS}",
+    ENDPOINT_PATTERN: "must be an http:// or https:// URL such as http://minio:9000",
+    CPU_PATTERN: "must be a number of CPUs such as 2, 0.5 or 500m",
+    MEMORY_PATTERN: "must be an amount of memory such as 512Mi, 4Gi or 1000000 (bytes)",
+    LABEL_VALUE_PATTERN: f"must be letters, digits, '-', '_' and '.', {_ENDS}",
+    f"({LABEL_KEY_PATTERN})|^$": "must be a label key: letters, digits, '-', '_' and '.', after an optional "
+                                 "DNS prefix and '/' (such as example.com/team)",
+    IMAGE_PATTERN: "must have no whitespace",
+    CLASS_PATH_PATTERN: "must be an import path, package.module:Class",
+    WRAPPER_NAME_PATTERN: "must be an import path such as gymnasium.wrappers:ClipAction",
+    POLICY_NAME_PATTERN: f"must be lowercase letters, digits, '-' and '_', {_ENDS}",
+    r"^[-._a-zA-Z0-9]+$": "must be letters, digits, '-', '.' and '_'",
+}
 
 _UNION_MEMBERS = ("int", "str", "float", "bool", "constrained-int", "constrained-str", "constrained-float")
 
@@ -233,14 +298,55 @@ def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -
             parent = _resolve_model(root, loc[:-1])
             hint = _unknown_field_hint(str(loc[-1]), parent) if parent else ""
             message = f"unknown field{hint}"
-        elif kind == "int_type" and isinstance(details.get("input"), float):
-            message = "must be a whole number"
-        elif kind in _MESSAGES:
-            message = _MESSAGES[kind](details.get("ctx") or {})
         else:
-            message = details["msg"]
+            message = _message(kind, details)
         errors.append(FieldError(path, message))
     return errors
+
+
+def _message(kind: str, details: dict[str, Any]) -> str:
+    """A pydantic error in words: with the value given where its type or form is wrong."""
+    value = details.get("input")
+    if kind == "string_pattern_mismatch":
+        return _pattern_message(str((details.get("ctx") or {}).get("pattern", "")), value)
+    if kind in ("int_type", "int_from_float") and isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():  # 1e5 or 4.0: YAML made it a float
+            return (f"must be a whole number written without a decimal point or exponent, got {value!r} "
+                    f"(write {int(value)})")
+        return f"must be a whole number, got {value!r}"
+    message = _MESSAGES[kind](details.get("ctx") or {}) if kind in _MESSAGES else str(details["msg"])
+    return f"{message}, got {_shown(value)}" if kind in _TYPE_ERRORS else message
+
+
+def _pattern_message(pattern: str, value: Any) -> str:
+    if pattern == STORAGE_URI_PATTERN and isinstance(value, str):
+        problem = storage_uri_problem(value, plain_path=False)
+        return problem or f"must be {STORAGE_ACCEPTED}, got {_shown(value)}"
+    words = _PATTERN_WORDS.get(pattern, f"must match the pattern {pattern}")
+    return f"{words}, got {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    """A value as an error quotes it: as YAML writes it, a string quoted (saying so where it looks like a
+    number, which quotes in the YAML make a string), a long one cut short."""
+    if isinstance(value, str):
+        quoted = repr(_short(value))
+        return f"the string {quoted}" if _looks_like_number(value) else quoted
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return _short(repr(value))
+
+
+def _looks_like_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def hyperparams_for(experiment: RLExperiment) -> CommonParams:
@@ -258,8 +364,20 @@ def config_errors(algorithm: str, config: Any, path: str) -> list[FieldError]:
     try:
         validate_manifest_model(params_cls, config)
     except ValidationError as exc:
-        return _pydantic_errors(exc, params_cls, path)
+        return with_hyperparameter_hints(_pydantic_errors(exc, params_cls, path), algorithm, path)
     return []
+
+
+def with_hyperparameter_hints(errors: list[FieldError], algorithm: str, path: str) -> list[FieldError]:
+    """`errors` of the hyperparameters under `path`, an unknown key that is another algorithm's hyperparameter
+    (or one `algorithm` replaces) said so: a bare "unknown field" leaves the user to guess."""
+    hinted = []
+    for error in errors:
+        key = error.path.removeprefix(f"{path}.")
+        why = unknown_hyperparameter(key, algorithm) if (
+            error.message.startswith("unknown field") and key != error.path and "." not in key) else None
+        hinted.append(FieldError(error.path, why) if why else error)
+    return hinted
 
 
 def multi_agent_errors(experiment: RLExperiment) -> list[FieldError]:
@@ -277,7 +395,8 @@ def multi_agent_errors(experiment: RLExperiment) -> list[FieldError]:
         try:
             policy_params(experiment, policy)
         except ValidationError as exc:
-            errors.extend(_pydantic_errors(exc, params_cls, f"{path}.config"))
+            errors.extend(with_hyperparameter_hints(_pydantic_errors(exc, params_cls, f"{path}.config"),
+                                                    experiment.spec.algorithm, f"{path}.config"))
     return errors
 
 
@@ -297,6 +416,9 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     shards = entry.shard_count(spec.rollouts.workers, spec.replay.shards)
     if entry.replay == "shards" and shards < 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} needs at least 1 replay shard"))
+    if entry.replay == "shards" and spec.rollouts.workers < 1:
+        errors.append(FieldError("spec.rollouts.workers", f"{spec.algorithm} samples only on rollout worker "
+                                 "actors, which feed its replay shards: set it >= 1"))
     asked = spec.replay.shards
     if entry.replay == "local" and asked is not None and asked > 1:
         errors.append(FieldError("spec.replay.shards", f"{spec.algorithm} keeps one replay buffer in the learner: "
@@ -322,6 +444,48 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
         errors.append(FieldError("spec.replay.capacity", "must be at least spec.replay.shards"))
     if not may_name_multi_agent_env(spec.env.id):
         errors += minibatch_errors(experiment)
+    return errors
+
+
+def _names(model: type[BaseModel], prefix: str = "") -> tuple[str, ...]:
+    return tuple(f.alias or n for n, f in model.model_fields.items() if n.startswith(prefix))
+
+
+SHARD_SETTINGS = _names(ShardReplayParams)  # read only on the replay-shard topology
+PRIORITY_SETTINGS = _names(DQNParams, "priority_")  # read only by a prioritized replay
+NO_REPLAY = "has no effect: {algorithm} learns on-policy and keeps no replay (spec.replay is for {replayed})"
+NO_SHARDS = ("has no effect: {algorithm} keeps one replay buffer in the learner here, and this is a setting "
+             "of replay shards (spec.replay.shards >= 1 with spec.rollouts.workers >= 1)")
+UNIFORM = ("has no effect: spec.replay.prioritized is false (in the manifest, or in the task-kind "
+           "defaults where it leaves it unset), so replay is sampled uniformly; set "
+           "spec.replay.prioritized: true to use it")
+
+
+def _changed(model: BaseModel) -> list[str]:
+    """The fields of `model` its document sets to other than their default (a full dump of the model, as
+    kuberl stores a run's spec, sets every field to its default)."""
+    fields = type(model).model_fields
+    return [info.alias or name for name, info in fields.items() if name in model.model_fields_set
+            and getattr(model, name) != info.get_default(call_default_factory=True, validated_data={})]
+
+
+def unread_setting_errors(experiment: RLExperiment) -> list[FieldError]:
+    """Settings the manifest writes that its run never reads, each named with why: a value that cannot take
+    effect is a mistake the user would otherwise never learn of. Only what the manifest sets, never a
+    default."""
+    spec = experiment.spec
+    entry = REGISTRY[spec.algorithm]
+    errors: list[FieldError] = []
+    if not entry.off_policy:
+        replayed = listed([name for name, other in REGISTRY.items() if other.off_policy])
+        why = NO_REPLAY.format(algorithm=spec.algorithm, replayed=replayed)
+        errors += [FieldError(f"spec.replay.{name}", why) for name in _changed(spec.replay)]
+    if entry.replay == "local-or-shards" and not learner_actor(experiment):
+        why = NO_SHARDS.format(algorithm=spec.algorithm)
+        errors += [FieldError(f"spec.config.{key}", why) for key in SHARD_SETTINGS if key in spec.config]
+    if entry.off_policy and not spec.replay.prioritized:
+        errors += [FieldError(f"spec.config.{key}", UNIFORM)
+                   for key in PRIORITY_SETTINGS if key in spec.config]
     return errors
 
 
@@ -365,18 +529,35 @@ def pod_template_errors(experiment: RLExperiment) -> list[FieldError]:
     return errors
 
 
+def learner_actor(experiment: RLExperiment) -> bool:
+    """Whether the learner runs as a Ray actor, which Ray may place on any pod (apex-dqn, sac with replay
+    shards); every other learner trains in the trainer's process, on the head pod."""
+    spec = experiment.spec
+    return REGISTRY[spec.algorithm].placement(spec.rollouts.workers, spec.replay.shards) == "shards"
+
+
+def learner_gpu_errors(experiment: RLExperiment) -> list[FieldError]:
+    """spec.learner.gpus against the pods that can hold the learner: the head, or for a learner actor any."""
+    spec = experiment.spec
+    asked, head = spec.learner.gpus, spec.head.gpus
+    if learner_actor(experiment):
+        if asked > max(head, spec.workers.gpus if spec.workers.replicas else 0):
+            return [FieldError("spec.learner.gpus", f"asks for {asked} GPU but no pod has one "
+                               f"(spec.head.gpus={head}, spec.workers.gpus={spec.workers.gpus} on "
+                               f"{spec.workers.replicas} worker pods)")]
+        return []
+    if asked > head:
+        return [FieldError("spec.learner.gpus", f"asks for {asked} GPU, but spec.head.gpus is {head}: the "
+                           f"{spec.algorithm} learner trains in the trainer's process on the head pod, so "
+                           "the head must have the GPU (rollout workers sample on CPUs; spec.workers.gpus "
+                           "serves only apex-dqn's and sharded sac's learner)")]
+    return []
+
+
 def cluster_errors(experiment: RLExperiment) -> list[FieldError]:
     """Checks that matter only when the experiment runs as pods."""
     spec = experiment.spec
-    errors: list[FieldError] = []
-    if spec.learner.gpus > max(spec.head.gpus, spec.workers.gpus if spec.workers.replicas else 0):
-        errors.append(
-            FieldError(
-                "spec.learner.gpus",
-                f"asks for {spec.learner.gpus} GPUs but no pod has that many (head.gpus={spec.head.gpus}, "
-                f"workers.gpus={spec.workers.gpus})",
-            )
-        )
+    errors = learner_gpu_errors(experiment)
     if spec.storage.uri is None:
         errors.append(FieldError("spec.storage.uri", "required in a cluster (s3://bucket/prefix)"))
     elif spec.storage.uri.startswith("file://"):
@@ -430,6 +611,19 @@ def parse_resource(doc: dict[str, Any], model: type[ResourceT], kind: str, *, st
 ENVELOPE_FIELDS = ("apiVersion", "kind")
 
 
+def with_algorithm_hint(errors: list[FieldError], spec: Any, path: str) -> list[FieldError]:
+    """`errors` of a spec (`path`: spec, spec.template) with an unknown algorithm answered by the one it most
+    likely means ('PPO': 'ppo')."""
+    given = spec.get("algorithm") if isinstance(spec, dict) else None
+    if not isinstance(given, str):
+        return errors
+    match = given.lower() if given.lower() in REGISTRY else nearest(given.lower(), list(REGISTRY))
+    if match is None:
+        return errors
+    return [FieldError(e.path, f"{e.message} (did you mean {match!r}?)")
+            if e.path == f"{path}.algorithm" and "did you mean" not in e.message else e for e in errors]
+
+
 def unparsed_config_errors(spec: Any, path: str, found: list[FieldError]) -> list[FieldError]:
     """The hyperparameter check of a spec (`path`: spec, spec.template) whose other fields failed the schema: it
     needs only the algorithm and the config, so its errors come in the same run as the others. Nothing where the
@@ -445,15 +639,20 @@ def unparsed_config_errors(spec: Any, path: str, found: list[FieldError]) -> lis
     return config_errors(algorithm, config, f"{path}.config")
 
 
-def validate_document(doc: dict[str, Any], *, strict: bool = True) -> RLExperiment:
+def validate_document(doc: dict[str, Any], *, strict: bool = True, stored: bool = False) -> RLExperiment:
     """Validate a parsed manifest. strict=False ignores unknown top-level metadata (API-server objects).
+    stored=True: a manifest kuberl stored with a run, whose settings that have no effect are not refused
+    (earlier versions accepted them, and its checkpoints must stay loadable).
     Every independent error comes at once: the hyperparameters are checked even where the rest of the
     spec fails the schema; checks across fields need the fields valid and come once they are."""
     try:
         experiment = parse_resource(doc, RLExperiment, KIND, strict=strict)
     except ManifestError as exc:
-        raise ManifestError(exc.errors + unparsed_config_errors(doc.get("spec"), "spec", exc.errors)) from None
+        errors = with_algorithm_hint(exc.errors, doc.get("spec"), "spec")
+        raise ManifestError(errors + unparsed_config_errors(doc.get("spec"), "spec", exc.errors)) from None
     errors = cross_field_errors(experiment) + pod_template_errors(experiment) + multi_agent_errors(experiment)
+    if not stored:
+        errors += unread_setting_errors(experiment)
     try:
         hyperparams_for(experiment)
     except ManifestError as exc:
@@ -468,35 +667,45 @@ def load_manifest(text: str, *, overrides: list[str] | None = None, source: str 
     return _overridden_and_validated(parse_yaml(text, source), overrides)
 
 
-def _overridden_and_validated(doc: dict[str, Any], overrides: list[str] | None) -> RLExperiment:
+def _overridden_and_validated(doc: dict[str, Any], overrides: list[str] | None, *,
+                              stored: bool = False) -> RLExperiment:
     if overrides:
         doc = apply_overrides(doc, overrides)
-    return validate_document(doc)
+    return validate_document(doc, stored=stored)
 
 
 def load_stored_manifest(text: str, *, overrides: list[str] | None = None, source: str = "manifest") -> RLExperiment:
     """A manifest kuberl stored with a run (a checkpoint's experiment.yaml), with any Python names its
     hyperparameters were once written in (num_epochs) read as the manifest's (numEpochs): earlier versions
     accepted both, and a checkpoint must stay loadable. A user's manifest goes through `load_manifest`, where a
-    Python name is an error."""
-    return _overridden_and_validated(in_manifest_names(parse_yaml(text, source)), overrides)
+    Python name is an error. Settings that have no effect, which earlier versions accepted, are not
+    refused."""
+    return _overridden_and_validated(in_manifest_names(parse_yaml(text, source)), overrides, stored=True)
 
 
 def in_manifest_names(doc: dict[str, Any]) -> dict[str, Any]:
     """`doc` with the Python names in spec.config and each policy's config renamed to the algorithm's manifest
-    names; everything else, unknown keys included, as it was."""
+    names, less the keys the algorithm never read (`not_read`); everything else, unknown keys included, as it
+    was."""
     spec = doc.get("spec")
     if not isinstance(spec, dict) or spec.get("algorithm") not in REGISTRY:
         return doc
     params_cls = REGISTRY[spec["algorithm"]].hyperparams
-    spec = {**spec, "config": _renamed_to_aliases(spec["config"], params_cls)} if "config" in spec else dict(spec)
+    spec = {**spec, "config": _stored_config(spec["config"], params_cls)} if "config" in spec else dict(spec)
     multi_agent = spec.get("multiAgent")
     if isinstance(multi_agent, dict) and isinstance(multi_agent.get("policies"), list):
-        policies = [{**policy, "config": _renamed_to_aliases(policy.get("config"), params_cls)}
+        policies = [{**policy, "config": _stored_config(policy.get("config"), params_cls)}
                     if isinstance(policy, dict) and "config" in policy else policy
                     for policy in multi_agent["policies"]]
         spec["multiAgent"] = {**multi_agent, "policies": policies}
     return {**doc, "spec": spec}
+
+
+def _stored_config(config: Any, params_cls: type[CommonParams]) -> Any:
+    renamed = _renamed_to_aliases(config, params_cls)
+    if not isinstance(renamed, dict):
+        return renamed
+    return {key: value for key, value in renamed.items() if key not in params_cls.not_read}
 
 
 def _renamed_to_aliases(data: Any, model: type[BaseModel]) -> Any:

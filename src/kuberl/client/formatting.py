@@ -11,9 +11,8 @@ import functools
 import json
 from typing import Any
 
-import yaml
-
 from kuberl.api.types import Phase
+from kuberl.api.validation import dump_yaml
 
 EVENTS_SHOWN = 20
 
@@ -304,4 +303,4 @@ def render(document: Any, output: str) -> str:
     """A document as `-o json` or `-o yaml` prints it."""
     if output == "json":
         return json.dumps(document, indent=2, sort_keys=False)
-    return yaml.safe_dump(document, sort_keys=False, width=120).rstrip("\n")
+    return dump_yaml(document, sort_keys=False, width=120).rstrip("\n")

@@ -53,7 +53,7 @@ def manifest_document(source: ManifestSource) -> dict[str, Any]:
     if isinstance(source, str | Path):
         return read_manifest_file(source)
     if isinstance(source, RLExperiment):
-        doc = source.to_manifest()
+        doc = source.to_manifest(exclude_unset=True)  # what it leaves unset stays the operator's to default
         doc.pop("status", None)
         return doc
     if isinstance(source, HasDocument):

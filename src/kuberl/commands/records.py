@@ -55,7 +55,12 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     from kuberl.trainer.iteration_result import line_from_json
     from kuberl.trainer.storage import open_store
     from kuberl.trainer.storage.base import StorageError
-    from kuberl.trainer.storage.checkpoint_listing import checkpoint_rows, checkpoints_table
+    from kuberl.trainer.storage.checkpoint_listing import (
+        COUNTERS_FILE,
+        checkpoint_rows,
+        checkpoints_table,
+        window_return,
+    )
     from kuberl.trainer.storage.checkpoints import list_checkpoints
     from kuberl.trainer.storage.errors import NotFound
     from kuberl.trainer.storage.jsonl import parse_jsonl
@@ -65,11 +70,14 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     checkpoints = list_checkpoints(store)
     if not checkpoints and not store.exists("experiment.yaml"):
         raise StorageError(f"{store.uri}: no checkpoints and no experiment.yaml; is this a run directory?")
+    saved_returns: dict[int, float] = {}
     try:
         results = [line_from_json(line) for line in parse_jsonl(store.get_bytes(RESULTS))]
-    except NotFound:
+    except NotFound:  # a run Algorithm.save() wrote: each checkpoint's own return window
         results = []
-    rows = checkpoint_rows(checkpoints, results)
+        saved_returns = {c.iteration: value for c in checkpoints
+                         if (value := window_return(store.get_bytes(f"{c.key}/{COUNTERS_FILE}"))) is not None}
+    rows = checkpoint_rows(checkpoints, results, saved_returns)
     if args.output == "json":
         print(json.dumps([row.to_json() for row in rows], indent=1))
     else:

@@ -45,19 +45,33 @@ def _load(args: argparse.Namespace, text: str | None = None) -> Any:
 
 
 def validate_sweep_text(text: str, args: argparse.Namespace) -> int:
-    """`kuberl validate` of an RLSweep: the schema, the ranges, every parameter's values in the template."""
+    """`kuberl validate` of an RLSweep: the schema, the ranges, every parameter's values in the template, and
+    (unless --skip-env-checks) the template's env checks."""
     from kuberl.api.sweep_validation import sweep_cluster_errors
     from kuberl.api.validation import ManifestError
 
     sweep = _load(args, text)
-    if args.cluster:
-        errors = sweep_cluster_errors(sweep)
-        if errors:
-            raise ManifestError(errors)
+    errors = sweep_cluster_errors(sweep) if args.cluster else []
+    if not args.skip_env_checks:
+        from kuberl.sweep.checks import template_env_errors
+
+        errors += template_env_errors(sweep)
+    if errors:
+        raise ManifestError(errors)
     spec = sweep.spec
     print(f"{args.file}: valid {spec.search.algorithm} sweep {sweep.name!r} of {len(spec.parameters)} parameters "
           f"over {spec.template.algorithm} on {spec.template.env.id}")
     return 0
+
+
+def _check_template_env(sweep: Any) -> None:
+    """The template's env checks before any trial starts: a mistake there would fail every trial."""
+    from kuberl.api.validation import ManifestError
+    from kuberl.sweep.checks import template_env_errors
+
+    errors = template_env_errors(sweep)
+    if errors:
+        raise ManifestError(errors)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -66,6 +80,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from kuberl.sweep.summary import result_line, write_summary
 
     sweep = _load(args)
+    _check_template_env(sweep)
     directory = Path(args.dir) if args.dir else Path.cwd() / "kuberl-sweeps" / sweep.name
     runner = LocalSweep(sweep, directory, quiet=args.quiet, fresh=args.fresh)
     started = time.monotonic()

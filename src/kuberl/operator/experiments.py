@@ -28,7 +28,6 @@ class Experiment:
     known: bool = False  # an event of the experiment itself arrived (a pod event alone does not make it known)
     generation: int | None = None  # the generation last reconciled for
     ensured: int | None = None  # the generation whose children this process already wrote
-    ttl_seconds: int | None = None  # spec.ttlSecondsAfterFinished: a finished experiment with one is still polled
     phase: Phase | None = None  # after the last reconcile
     head_ip: str | None = None
     trainer: TrainerStatus | None = None  # the trainer's progress last read

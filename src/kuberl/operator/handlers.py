@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import time
 from typing import Any
@@ -57,6 +58,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.persistence.progress_storage = NoProgress()
     settings.posting.level = logging.WARNING  # events are the operator's own, not Kopf's log lines
     settings.watching.server_timeout = 300
+    # The API server filters the pod watch: the operator never receives the namespace's (or cluster's) other pods.
+    settings.watching.label_selectors["v1", "pods"] = f"{APP_LABEL}={APP_NAME},{ROLE_LABEL}"
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(API_THREADS, thread_name_prefix="kuberl-api"))
     memo.settings = Settings.from_env()
@@ -88,7 +91,6 @@ async def experiment_event(event: kopf.RawEvent, body: kopf.Body, name: str, nam
         _forget(memo, key)  # ownerReferences make the children go with it
         return
     record = memo.experiments.record(key)
-    record.ttl_seconds = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
     generation = meta.get("generation")
     if record.known and record.generation == generation:
         return  # the operator's own status or annotation write: nothing new to act on
@@ -143,10 +145,19 @@ async def _reconcile_passes(memo: kopf.Memo, record: Experiment) -> None:
         record.quota_waits = 0
         if decision.delete_pods and not (decision.create_head or decision.create_workers):
             continue  # look again at once: a deletion may unblock a creation (new pods trigger events)
+        if record.phase in TERMINAL_PHASES:  # nothing to look at until ttlSecondsAfterFinished expires, if ever
+            record.next_poll = finished_poll(decision.requeue_after, time.monotonic())
+            return
         if decision.requeue_after is not None and decision.requeue_after <= SHORT_REQUEUE:
             await asyncio.sleep(decision.requeue_after)
             continue
         return
+
+
+def finished_poll(ttl_left: float | None, now: float) -> float | None:
+    """The next poll of a finished experiment whose pods are deleted as far as they can be now: when its TTL
+    expires, or none (an edit of the spec still triggers a pass)."""
+    return None if ttl_left is None else now + ttl_left
 
 
 def _post_events(cluster: Cluster, body: dict[str, Any], events: list[Event]) -> None:
@@ -167,17 +178,29 @@ def _forget(memo: kopf.Memo, key: Key) -> None:
 
 async def _poll_loop(memo: kopf.Memo, logger: kopf.Logger) -> None:
     """Every status_poll_seconds, each experiment in turn: read the trainer's progress, reconcile.
-    One loop for all experiments, each on its own schedule so that polls spread out."""
-    while True:
-        await asyncio.sleep(POLL_TICK)
-        due = memo.experiments.due_polls(time.monotonic(), memo.settings.status_poll_seconds)
-        if due:
-            await asyncio.gather(*(_poll(memo, record, logger) for record in due), return_exceptions=True)
+    One loop for all experiments, each on its own schedule so that polls spread out, and each poll its own task:
+    an experiment whose pass hangs on the API skips its own polls until it returns, and holds up no other's."""
+    polling: dict[Key, asyncio.Task[None]] = {}
+    try:
+        while True:
+            await asyncio.sleep(POLL_TICK)
+            for record in memo.experiments.due_polls(time.monotonic(), memo.settings.status_poll_seconds):
+                if record.key not in polling:
+                    task = asyncio.create_task(_poll(memo, record, logger), name=f"kuberl-poll-{record.key}")
+                    polling[record.key] = task
+                    task.add_done_callback(functools.partial(_poll_done, polling, record.key))
+    finally:
+        for task in polling.values():
+            task.cancel()
+
+
+def _poll_done(polling: dict[Key, asyncio.Task[None]], key: Key, task: asyncio.Task[None]) -> None:
+    polling.pop(key, None)
+    if not task.cancelled() and task.exception() is not None:
+        LOGGER.warning("poll of %s/%s failed: %s", *key, task.exception())
 
 
 async def _poll(memo: kopf.Memo, record: Experiment, logger: kopf.Logger) -> None:
-    if record.phase in TERMINAL_PHASES and record.ttl_seconds is None:
-        return
     if record.phase in POLLED_PHASES and record.head_ip:
         trainer = await fetch_trainer_status(memo.http, record.head_ip, memo.settings.status_port)
         if trainer is not None:

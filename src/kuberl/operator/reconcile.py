@@ -49,6 +49,7 @@ from kuberl.operator.status import (
     MUTABLE_FIELDS,
     Decision,
     Observation,
+    PodState,
     decide,
     pod_state,
     refused_changes,
@@ -135,6 +136,27 @@ def _running_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
         return None
 
 
+def _running_experiment(cluster: Cluster, body: dict[str, Any]) -> RLExperiment | None:
+    """The experiment as its pods run it (the ConfigMap's spec), or None where there is none that validates."""
+    meta = body["metadata"]
+    spec = _running_spec(cluster, meta["namespace"], meta["name"])
+    if spec is None:
+        return None
+    try:
+        return validate_document({**manifest_document(body), "spec": spec}, strict=False, stored=True)
+    except ManifestError:
+        return None
+
+
+def _ours(pod: PodState, body: dict[str, Any], uid: str | None) -> PodState:
+    """A pod with the experiment's labels that a former experiment of the same name owns (deleted and applied
+    again before the garbage collector took its pods) is on its way out: never this experiment's to count,
+    adopt or delete, and its name is taken until it goes."""
+    owner = next((ref.get("uid") for ref in (body.get("metadata") or {}).get("ownerReferences") or []
+                  if ref.get("controller")), None)
+    return dataclasses.replace(pod, deleting=True) if uid and owner and owner != uid else pod
+
+
 def all_at_once(calls: list[Callable[[], bool]]) -> list[bool]:
     """Independent API calls, sent together (one round trip instead of one each); the first error is
     raised once every call has finished, so that a retry sees the whole outcome."""
@@ -183,11 +205,16 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     meta = body["metadata"]
     previous = status_of(body.get("status"))
     now = now or datetime.datetime.now(tz=datetime.UTC)
-    experiment, errors = validate_body(body)
-    resolved = resolve_experiment(experiment, settings, namespace) if experiment else None
-    pods = [pod_state(p) for p in cluster.pods(namespace, selector(name))]
+    pods = [_ours(pod_state(p), p, meta.get("uid")) for p in cluster.pods(namespace, selector(name))]
     live_pods = any(not p.deleting for p in pods)
     terminal = previous.phase in TERMINAL_PHASES
+    experiment, errors = validate_body(body)
+    invalid_edit: tuple[str, ...] = ()
+    if errors and live_pods and not terminal:  # an edit the pods cannot take: they go on with what they run
+        running = _running_experiment(cluster, body)
+        if running is not None:
+            experiment, invalid_edit, errors = running, errors, ()
+    resolved = resolve_experiment(experiment, settings, namespace) if experiment else None
 
     generation = int(meta.get("generation") or 1)
     children_ready = ensured_generation == generation
@@ -207,7 +234,7 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
         backoff_limit=resolved.spec.backoff_limit if resolved else 0,
         suspend=resolved.spec.suspend if resolved else False,
         ttl_seconds=resolved.spec.ttl_seconds_after_finished if resolved else None,
-        refused_changes=refused,
+        refused_changes=refused, invalid_edit=invalid_edit,
         missing_secret=_missing_secret(cluster, resolved, namespace) if resolved and not terminal else None,
         pods=tuple(pods), trainer=trainer,
         restarts=_int_annotation(meta, RESTARTS_ANNOTATION),

@@ -30,7 +30,7 @@ from kuberl.api.sweep_types import (
     TrialState,
 )
 from kuberl.api.types import API_VERSION, KIND
-from kuberl.api.validation import FieldError, ManifestError
+from kuberl.api.validation import FieldError, ManifestError, dump_yaml
 from kuberl.sweep import plan, search
 from kuberl.sweep.pbt import step_round
 from kuberl.sweep.search import Outcome, SweepState
@@ -157,7 +157,7 @@ class LocalSweep:
             self.log(f"continuing the sweep in {self.directory}: {len(state.trials)} trials recorded")
             return state
         self.directory.mkdir(parents=True, exist_ok=True)
-        spec_file.write_text(yaml.safe_dump(manifest, sort_keys=False))
+        spec_file.write_text(dump_yaml(manifest, sort_keys=False))
         return SweepState()
 
     def save(self) -> None:
@@ -181,7 +181,7 @@ class LocalSweep:
                 continue
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             path = self.runs_dir / f"{name}.yaml"
-            path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+            path.write_text(dump_yaml(manifest, sort_keys=False))
             log = self.runs_dir / f"{name}.log"
             with log.open("ab") as sink:
                 proc = subprocess.Popen(

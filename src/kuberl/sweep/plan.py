@@ -120,8 +120,10 @@ def anneals_over_budget(spec: RLSweepSpec) -> bool:
 
 
 def run_spec(spec: RLSweepSpec, record: TrialRecord, run: int = 0) -> dict[str, Any]:
-    """The spec of the trial's run `run` (a seed index; with pbt, the round), in manifest form."""
-    body = trial_spec(spec.template.to_manifest(), record.params, run_seed(spec, record.number, run))
+    """The spec of the trial's run `run` (a seed index; with pbt, the round), in manifest form: the fields the
+    template sets, so that what it leaves unset is defaulted for the trial as for the template run alone."""
+    template = spec.template.to_manifest(exclude_unset=True)
+    body = trial_spec(template, record.params, run_seed(spec, record.number, run))
     if is_pbt(spec):
         set_path(body, "stop.timesteps", round_end(spec, run))
         if anneals_over_budget(spec):

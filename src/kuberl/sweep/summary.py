@@ -107,7 +107,8 @@ def _plot(path: Path, name: str, spec: RLSweepSpec, state: SweepState, ranked: d
     ax.set_xlabel("trial")
     ax.set_ylabel(spec.objective.metric)
     ax.set_title(f"{name}: {spec.search.algorithm}")
-    ax.legend()
+    if ax.get_legend_handles_labels()[1]:  # no trial has a value: nothing to label (matplotlib would warn)
+        ax.legend()
     if ranked:
         bars = axes[0][1]
         bars.barh(list(ranked)[::-1], list(ranked.values())[::-1])

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from kuberl.api.defaults import SET_FIELDS_ANNOTATION, spec_fields_set
 from kuberl.api.types import RLExperiment
+from kuberl.api.validation import dump_yaml
 from kuberl.operator import names
 from kuberl.operator.builders.common import Owner, metadata
 
@@ -24,7 +23,7 @@ def experiment_yaml(experiment: RLExperiment) -> str:
                      "annotations": {SET_FIELDS_ANNOTATION: spec_fields_set(experiment)}},
         "spec": experiment.spec.to_manifest(),
     }
-    return yaml.safe_dump(doc, sort_keys=False)
+    return dump_yaml(doc, sort_keys=False)
 
 
 def build_config_map(experiment: RLExperiment, owner: Owner) -> dict[str, Any]:

@@ -17,9 +17,16 @@ REPLACED_POD_FIELDS = ("imagePullSecrets", "affinity", "topologySpreadConstraint
 
 def _init_container(container: dict[str, Any], security: dict[str, Any]) -> dict[str, Any]:
     """An init container (or native sidecar) with the main container's restricted security context
-    underneath whatever the user set (the schema already refused privileged and root)."""
+    underneath whatever the user set (the schema already refused privileged, root and the profiles that
+    "restricted" forbids). Capabilities merge: the main container's drops stay, whatever the user adds."""
     merged = copy.deepcopy(container)
-    merged["securityContext"] = {**copy.deepcopy(security), **(container.get("securityContext") or {})}
+    own = container.get("securityContext") or {}
+    context = {**copy.deepcopy(security), **copy.deepcopy(own)}
+    if "capabilities" in own:
+        base, added = security.get("capabilities") or {}, own["capabilities"] or {}
+        drop = [*base.get("drop", []), *(c for c in added.get("drop", []) if c not in base.get("drop", []))]
+        context["capabilities"] = {**added, "drop": drop}
+    merged["securityContext"] = context
     return merged
 
 

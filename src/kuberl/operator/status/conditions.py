@@ -64,6 +64,9 @@ class Reason(StrEnum):
     TRACKING_LOGGING = "TrackingLogging"
 
 
+# A Stalled condition that refuses a change while the pods go on running what they run.
+REFUSAL_REASONS = frozenset({Reason.SPEC_CHANGE_REFUSED, Reason.INVALID_SPEC})
+
 # phase: the statuses of PHASE_CONDITIONS (Running's Ready and Reconciling follow the workers)
 _BY_PHASE: dict[Phase, tuple[ConditionStatus, ConditionStatus, ConditionStatus, ConditionStatus]] = {
     Phase.PENDING: ("False", "Unknown", "True", "False"),
@@ -107,7 +110,11 @@ def conditions_for(phase: Phase, reason: str, message: str, ready: bool, obs: Ob
     for type_, status in zip(PHASE_CONDITIONS, statuses, strict=True):
         said = message if status != "False" or type_ != ConditionType.STALLED else ""
         conds = set_condition(conds, type_, status, reason, said, g, now)
-    if obs.refused_changes and phase not in TERMINAL_PHASES:
+    if obs.invalid_edit and phase not in TERMINAL_PHASES:
+        message = ("the spec does not validate, so the pods go on with the spec they started with: "
+                   + "; ".join(obs.invalid_edit) + "; fix the manifest and apply it again")
+        conds = set_condition(conds, ConditionType.STALLED, "True", Reason.INVALID_SPEC, message, g, now)
+    elif obs.refused_changes and phase not in TERMINAL_PHASES:
         message = (f"cannot change {', '.join(obs.refused_changes)} while the experiment runs; "
                    "suspend it first or create a new experiment")
         if obs.kueue and "spec.workers.replicas" in obs.refused_changes:

@@ -32,6 +32,7 @@ from kuberl.api.types import TERMINAL_PHASES, ConditionStatus, Failure, Phase, R
 from kuberl.operator.builders.podgroup import KUEUE_GATE
 from kuberl.operator.status.conditions import (
     MAX_MESSAGE,
+    REFUSAL_REASONS,
     ConditionType,
     Reason,
     capped,
@@ -48,6 +49,11 @@ from kuberl.operator.status.observation import (
 )
 
 MEMORY_SETTING = {HEAD_ROLE: "spec.head.memory", WORKER_ROLE: "spec.workers.memory"}
+# Failures of a spec (or of what it names) before it trained: a new generation of the spec starts it afresh.
+SPEC_FAILURES = frozenset({Reason.INVALID_SPEC, Reason.SECRET_NOT_FOUND, Reason.CREATE_REJECTED,
+                           Reason.IMAGE_PULL_FAILED, Reason.CONTAINER_CONFIG_ERROR})
+# Pull errors that no retry cures, whether or not the image was pulled before.
+PERMANENT_PULL_REASONS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 # The status field of each progress key (the trainer's camelCase names are the status's; a KeyError here
 # is a progress key that the status lacks).
 _PROGRESS_FIELDS = {key: {f.alias: name for name, f in RLExperimentStatus.model_fields.items()}[key]
@@ -128,15 +134,18 @@ def _finish(decision: Decision, obs: Observation, phase: Phase, reason: str, mes
     status.conditions = conditions_for(phase, reason, message, ready, obs)
     if phase in TERMINAL_PHASES and not status.completion_time:
         status.completion_time = timestamp(obs.now)
+        if obs.ttl_seconds is not None and decision.requeue_after is None:
+            decision.requeue_after = float(obs.ttl_seconds)  # the pass that deletes the pods
     if phase != obs.previous.phase and announce:
         kind = "Warning" if phase == Phase.FAILED else "Normal"
         decision.events.insert(0, Event(kind, reason, f"{phase}: {message}" if message else str(phase)))
-    prev_refused = next((c for c in obs.previous.conditions
-                         if c.type == ConditionType.STALLED and c.reason == Reason.SPEC_CHANGE_REFUSED), None)
-    now_refused = next((c for c in status.conditions
-                        if c.type == ConditionType.STALLED and c.reason == Reason.SPEC_CHANGE_REFUSED), None)
-    if now_refused and (prev_refused is None or prev_refused.message != now_refused.message):
-        decision.events.append(Event("Warning", Reason.SPEC_CHANGE_REFUSED, now_refused.message))
+    if phase not in TERMINAL_PHASES:  # a refused change or edit: one Warning while its message stays the same
+        prev_refused = next((c for c in obs.previous.conditions if c.type == ConditionType.STALLED
+                             and c.status == "True" and c.reason in REFUSAL_REASONS), None)
+        now_refused = next((c for c in status.conditions if c.type == ConditionType.STALLED
+                            and c.status == "True" and c.reason in REFUSAL_REASONS), None)
+        if now_refused and (prev_refused is None or prev_refused.message != now_refused.message):
+            decision.events.append(Event("Warning", now_refused.reason, now_refused.message))
     status.workers = status.workers or 0
     return decision
 
@@ -152,14 +161,18 @@ def _wait_for_quota(decision: Decision, obs: Observation) -> Decision:
     """A ResourceQuota refused a pod: create nothing, say why (a condition with the quota's message,
     one Warning event when the wait begins) and let the caller back off; a later pass creates the pod
     once the quota allows it."""
+    decision.quota_wait = True
+    return _wait(decision, obs, Reason.QUOTA_EXCEEDED, obs.quota_exceeded or "")
+
+
+def _wait(decision: Decision, obs: Observation, reason: str, message: str) -> Decision:
+    """Create no pod for now, saying why: the phase stays where pods already run (else Pending), and one
+    Warning event says it when the wait begins."""
     prev_phase = obs.previous.phase
     phase = prev_phase if prev_phase in (Phase.STARTING, Phase.RUNNING) else Phase.PENDING
-    message = obs.quota_exceeded or ""
-    decision.quota_wait = True
-    already = any(c.reason == Reason.QUOTA_EXCEEDED for c in obs.previous.conditions)
-    if not already:
-        decision.events.append(Event("Warning", Reason.QUOTA_EXCEEDED, f"{phase}: {message}"))
-    return _finish(decision, obs, phase, Reason.QUOTA_EXCEEDED, message, announce=False)
+    if not any(c.reason == reason for c in obs.previous.conditions):
+        decision.events.append(Event("Warning", reason, f"{phase}: {message}"))
+    return _finish(decision, obs, phase, reason, message, announce=False)
 
 
 def _terminal(decision: Decision, obs: Observation) -> Decision:
@@ -193,14 +206,14 @@ def decide(obs: Observation) -> Decision:
     previous = obs.previous
     prev_reason = next((c.reason for c in previous.conditions
                         if c.type == ConditionType.STALLED and c.status == "True"), None)
-    fixed_invalid_spec = previous.phase == Phase.FAILED and prev_reason == Reason.INVALID_SPEC \
-        and not obs.spec_errors and obs.generation > (previous.observed_generation or 0)
+    spec_failure = previous.phase == Phase.FAILED and prev_reason in SPEC_FAILURES
+    fixed_spec = spec_failure and not obs.spec_errors and obs.generation > (previous.observed_generation or 0)
 
-    if obs.spec_errors:
+    if obs.spec_errors and (previous.phase not in TERMINAL_PHASES or spec_failure):
         return _fail(decision, obs, Reason.INVALID_SPEC, "; ".join(obs.spec_errors))
-    if previous.phase in TERMINAL_PHASES and not fixed_invalid_spec:
+    if previous.phase in TERMINAL_PHASES and not fixed_spec:
         return _terminal(decision, obs)
-    if fixed_invalid_spec:
+    if fixed_spec:
         # A fixed spec starts afresh: the refused attempt is closed without counting as a restart.
         decision.status.completion_time = None
         decision.failed_attempt = max(obs.failed_attempt, decision.status.attempt or 0)
@@ -209,26 +222,64 @@ def decide(obs: Observation) -> Decision:
             decision.delete_pods = live
             decision.requeue_after = 1.0
             return _finish(decision, obs, Phase.PENDING, Reason.SPEC_FIXED, "removing the pods of the refused spec")
-    if obs.missing_secret:
+    started = bool(decision.status.attempt)
+    if obs.missing_secret and not started:  # a Secret it never had: the user's to create
         return _fail(decision, obs, Reason.SECRET_NOT_FOUND, obs.missing_secret)
     if obs.create_rejected:
         return _fail(decision, obs, Reason.CREATE_REJECTED, obs.create_rejected)
     if obs.quota_exceeded:
         return _wait_for_quota(decision, obs)
     for pod in obs.pods:
-        if pod.waiting_reason in IMAGE_PULL_REASONS:
+        if pod.waiting_reason in IMAGE_PULL_REASONS and not _pull_retried(pod, previous):
             return _fail(decision, obs, Reason.IMAGE_PULL_FAILED,
                          f"image {pod.image!r} cannot be pulled ({pod.waiting_reason}): {pod.waiting_message}".strip())
-        if pod.waiting_reason in CONFIG_ERROR_REASONS:
+        if pod.waiting_reason in CONFIG_ERROR_REASONS and not obs.missing_secret:
             return _fail(decision, obs, Reason.CONTAINER_CONFIG_ERROR, f"pod {pod.name}: {pod.waiting_message}")
 
     decision.ensure_children = True
-    decision.use_running_spec = bool(obs.refused_changes)
+    decision.use_running_spec = bool(obs.refused_changes or obs.invalid_edit)
     if obs.suspend:
         decision.delete_pods = [p.name for p in obs.pods if not p.deleting]
+        decision.failed_attempt = max(obs.failed_attempt, decision.status.attempt or 0)  # closed, not failed
         decision.status.workers = 0
         return _finish(decision, obs, Phase.SUSPENDED, Reason.SUSPENDED, "pods deleted; storage kept")
-    return _lifecycle(decision, obs)
+    lifecycle = _lifecycle(decision, obs)
+    if obs.missing_secret and (lifecycle.create_head or lifecycle.create_workers):
+        return _wait_for_secret(lifecycle, obs)
+    return lifecycle
+
+
+def _image_name(image: str) -> str:
+    """An image reference as a container runtime reports it: the Docker Hub host and `library/` written out, and
+    `:latest` where it names no tag or digest."""
+    name = image.strip()
+    first = name.split("/", 1)[0]
+    if "/" not in name or not ("." in first or ":" in first or first == "localhost"):
+        name = "docker.io/" + (name if "/" in name else "library/" + name)
+    last = name.rsplit("/", 1)[-1]
+    return name if "@" in last or ":" in last else name + ":latest"
+
+
+def _pull_retried(pod: PodState, previous: RLExperimentStatus) -> bool:
+    """A pull error worth waiting out: the kubelet keeps retrying an image this experiment has already run (a
+    registry's rate limit or outage while a pod is recreated), while a first pull that fails is taken for a wrong
+    image or an image never loaded, and fails fast."""
+    if pod.waiting_reason in PERMANENT_PULL_REASONS or not (previous.image_id and previous.image and pod.image):
+        return False
+    return _image_name(pod.image) == _image_name(previous.image)
+
+
+def _wait_for_secret(lifecycle: Decision, obs: Observation) -> Decision:
+    """The Secret a started experiment names is gone (rotated, re-created): the pods that run go on (the kubelet
+    read it when they started), new ones wait for it. The lifecycle's deletions and recorded failures stand."""
+    decision = _base(obs)
+    decision.restarts, decision.failed_attempt = lifecycle.restarts, lifecycle.failed_attempt
+    decision.status.last_failure = lifecycle.status.last_failure
+    decision.status.workers = lifecycle.status.workers
+    decision.delete_pods = lifecycle.delete_pods
+    decision.ensure_children, decision.use_running_spec = True, lifecycle.use_running_spec
+    return _wait(decision, obs, Reason.SECRET_NOT_FOUND,
+                 f"{obs.missing_secret}; new pods wait for it, the running ones go on")
 
 
 def _lifecycle(decision: Decision, obs: Observation) -> Decision:
@@ -294,8 +345,10 @@ def _lifecycle(decision: Decision, obs: Observation) -> Decision:
         return _finish(decision, obs, Phase.QUEUED, Reason.QUEUED,
                        f"attempt {attempt}: the pod group waits for admission by Kueue ({KUEUE_GATE} gate)")
     if head.phase != PodPhase.RUNNING:
+        why = ": ".join(part for part in (head.waiting_reason, head.waiting_message) if part)
+        waiting = f" ({why})" if why else ""
         return _finish(decision, obs, Phase.PENDING, Reason.PODS_PENDING,
-                       _with_failure(f"attempt {attempt}: head pod {head.phase}", status, attempt))
+                       _with_failure(f"attempt {attempt}: head pod {head.phase}{waiting}", status, attempt))
     trainer = obs.trainer or {}
     trainer_here = bool(trainer) and int(trainer.get("attempt") or attempt) == attempt
     if trainer_here:

@@ -75,6 +75,7 @@ class Observation:
     suspend: bool = False
     ttl_seconds: int | None = None
     refused_changes: tuple[str, ...] = ()  # immutable fields changed while pods run
+    invalid_edit: tuple[str, ...] = ()  # the errors of an edit made while pods run: they go on with what they run
     missing_secret: str | None = None
     create_rejected: str | None = None  # the API server refused a child for good (400/403/422)
     quota_exceeded: str | None = None  # a ResourceQuota refused a pod for now (the API server's message)

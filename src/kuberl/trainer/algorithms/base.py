@@ -20,10 +20,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from kuberl.api.validation import dump_yaml
+from kuberl.trainer.algorithms.checkpoint_fit import EXPERIMENT_FILE, model_mismatch_errors
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.iteration_result import IterationResult, StepResult
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
-from kuberl.trainer.learning.schedules import anneal_horizon, anneal_lr
+from kuberl.trainer.learning.schedules import (
+    OptimizerRates,
+    anneal_horizon,
+    anneal_lr,
+    optimizer_rates,
+    set_optimizer_rates,
+)
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.models.weights import torch_bytes, torch_load_bytes
 from kuberl.trainer.sampling.envs import EnvSettings, EnvSpaces, env_spaces
@@ -34,6 +42,7 @@ from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, Wo
 from kuberl.trainer.sampling.sampler import Sampler
 from kuberl.trainer.sampling.seeds import evaluation_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
+from kuberl.trainer.storage.checkpoint_listing import COUNTERS_FILE
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
@@ -42,7 +51,6 @@ if TYPE_CHECKING:
     from kuberl.trainer.run.callbacks import Callbacks
 
 RETURN_WINDOW = 100
-COUNTERS_FILE = "counters.json"
 RNG_FILE = "rng.pt"
 FILTER_FILE = "filter.npz"
 
@@ -148,6 +156,18 @@ class Algorithm:
     def worker_weights(self) -> Any:
         """What rollout workers' policies load (numpy arrays, cheap to ship)."""
         raise NotImplementedError
+
+    def learning_rates(self) -> dict[str, OptimizerRates]:
+        """Each learner's optimizer rates, by policy (a single-agent run's one learner under "default")."""
+        learner = getattr(self, "learner", None)
+        return {} if learner is None else {"default": optimizer_rates(learner)}
+
+    def set_learning_rates(self, rates: dict[str, OptimizerRates]) -> None:
+        """Set back what `learning_rates` gave: loading a checkpoint brings its run's rates with the optimizer's
+        state (`spec.checkpoint.restoreFrom` keeps this run's)."""
+        learner = getattr(self, "learner", None)
+        if learner is not None and "default" in rates:
+            set_optimizer_rates(learner, rates["default"])
 
     def policy_module(self) -> torch.nn.Module:
         """The greedy policy as a torch module of its own on the CPU (a copy: training goes on): a batch of
@@ -295,18 +315,34 @@ class Algorithm:
             self.sampler.sync_filter(self.obs_filter.get_state())
 
     def save(self, uri_or_path: str) -> str:
-        """Write a checkpoint under a run root (file:// path, plain path or s3://); returns its URI."""
+        """Write a checkpoint under a run root (file:// path, plain path or s3://); returns its URI. As `kuberl
+        train` does, it keeps the experiment (experiment.yaml) in the checkpoint and at the root, and a run record,
+        so that `kuberl evaluate`, `export`, `checkpoints` and `info` read the run."""
+        from kuberl.trainer.run.run_record import read_records, write_record
         from kuberl.trainer.storage import open_store
         from kuberl.trainer.storage.checkpoints import write_checkpoint
 
-        info = write_checkpoint(open_store(str(uri_or_path)), self.iteration, self.get_state(), timesteps=self.timesteps)
+        store = open_store(str(uri_or_path), endpoint=self.spec.storage.endpoint, region=self.spec.storage.region)
+        spec_text = dump_yaml(self.experiment.to_manifest(), sort_keys=False).encode()
+        info = write_checkpoint(store, self.iteration, {**self.get_state(), EXPERIMENT_FILE: spec_text},
+                                timesteps=self.timesteps)
+        store.put_bytes(EXPERIMENT_FILE, spec_text)
+        if not read_records(store):
+            write_record(store, self.experiment, attempt=0)
         return info.uri
 
     def restore(self, uri_or_path: str) -> None:
-        """Load a checkpoint directory, or the latest complete checkpoint under a run root."""
+        """Load a checkpoint directory, or the latest complete checkpoint under a run root. Refused (ManifestError)
+        where this algorithm's networks or observation filter are set otherwise than the checkpoint's experiment
+        (`checkpoint_fit.MODEL_FIELDS`): its weights would not load, or would act otherwise."""
+        from kuberl.api.validation import ManifestError
         from kuberl.trainer.storage.checkpoints import load_checkpoint
 
-        files, _info = load_checkpoint(str(uri_or_path), endpoint=self.spec.storage.endpoint)
+        files, info = load_checkpoint(str(uri_or_path), endpoint=self.spec.storage.endpoint,
+                                      region=self.spec.storage.region)
+        errors = model_mismatch_errors(files, self.params, info.uri)
+        if errors:
+            raise ManifestError(errors)
         self.set_state(files)
 
     def compute_single_action(self, obs: Any, explore: bool = False) -> Any:

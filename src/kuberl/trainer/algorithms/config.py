@@ -223,7 +223,7 @@ class AlgorithmConfig:
         if config_class.algorithm != algorithm:
             raise ManifestError([FieldError("spec.algorithm", f"is {algorithm!r}, not {config_class.algorithm!r}")])
         config = config_class()
-        config.document = experiment.to_manifest()
+        config.document = experiment.to_manifest(exclude_unset=True)  # what it leaves unset stays unset
         config.document.pop("status", None)
         return config
 

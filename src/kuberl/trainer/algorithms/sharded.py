@@ -53,6 +53,7 @@ from kuberl.trainer.distributed.shard_worker import (
 )
 from kuberl.trainer.distributed.shard_worker_pool import ShardWorkerPool
 from kuberl.trainer.iteration_result import LearnerStats, NodePlacement, ReplayStats, StepResult
+from kuberl.trainer.learning.schedules import OptimizerRates
 from kuberl.trainer.models.weights import load_weights, state_dict_to_numpy
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, frames_per_transition, replay_bytes
@@ -311,6 +312,17 @@ class ShardedReplay(Algorithm, Generic[Model]):
 
         ray.get(self.learner.load_state_files.remote(files))
         self.reported_updates = ray.get(self.learner.progress.remote())[0]
+
+    def learning_rates(self) -> dict[str, OptimizerRates]:
+        import ray
+
+        return {"default": ray.get(self.learner.learning_rates.remote())}
+
+    def set_learning_rates(self, rates: dict[str, OptimizerRates]) -> None:
+        import ray
+
+        if "default" in rates:
+            ray.get(self.learner.set_learning_rates.remote(rates["default"]))
 
     def stop(self) -> None:
         import ray

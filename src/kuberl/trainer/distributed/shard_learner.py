@@ -9,6 +9,7 @@ weights through the object store every `weight_sync_interval` updates.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -25,8 +26,14 @@ from kuberl.api.hyperparams import ApexDQNParams, SACParams
 from kuberl.api.types import LearnerSpec
 from kuberl.trainer.distributed.errors import actor_died_errors
 from kuberl.trainer.iteration_result import Scalar
+from kuberl.trainer.learners.files import SHARD_REPLAY_FILE
 from kuberl.trainer.learning.device import Bf16Setting, configure_cpu_threads, learner_device
-from kuberl.trainer.learning.schedules import priority_beta
+from kuberl.trainer.learning.schedules import (
+    OptimizerRates,
+    optimizer_rates,
+    priority_beta,
+    set_optimizer_rates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +82,8 @@ class ShardLearner:
 
     def __init__(self, build: LearnerBuilder, observation_space: gym.Space, action_space: gym.Space,
                  params: ShardParams, learner: LearnerSpec, shards: list[Any]):
-        """`learner`: spec.learner, the device the learner trains on (gpus) and how (bf16)."""
-        configure_cpu_threads()
+        """`learner`: spec.learner, the device the learner trains on (gpus), how (bf16) and torch's threads."""
+        configure_cpu_threads(learner.threads)
         if params.seed is not None:
             torch.manual_seed(params.seed)
         self.params = params
@@ -87,6 +94,7 @@ class ShardLearner:
         self.shards: list[Any] = list(shards)
         self.shard_adds = [0] * len(shards)
         self.retired_adds = 0
+        self.resumed_adds = 0  # added before the checkpoint this run resumed from (beta anneals on all of them)
         self.waiting_for_data = True
         self.pending: list[deque[Any]] = [deque() for _ in shards]
         self.version = 0
@@ -167,21 +175,39 @@ class ShardLearner:
 
     def state_files(self) -> dict[str, bytes]:
         with self.lock:
-            return self.learner.state_files()
+            files = self.learner.state_files()
+        files[SHARD_REPLAY_FILE] = json.dumps({"adds": self._run_adds()}).encode()
+        return files
 
     def load_state_files(self, files: dict[str, bytes]) -> int:
         with self.lock:
             self.learner.load_state_files(files)
             self._publish()
+        if SHARD_REPLAY_FILE in files:
+            self.resumed_adds = int(json.loads(files[SHARD_REPLAY_FILE])["adds"])
         return self.version
+
+    def learning_rates(self) -> OptimizerRates:
+        with self.lock:
+            return optimizer_rates(self.learner)
+
+    def set_learning_rates(self, rates: OptimizerRates) -> None:
+        """Set back what `learning_rates` gave (a loaded optimizer state brings its run's rates)."""
+        with self.lock:
+            set_optimizer_rates(self.learner, rates)
 
     # -- the loop ----------------------------------------------------------------------------------
     def _beta(self) -> float:
         p = self.params
-        return priority_beta(self._adds(), p.priority_beta, p.priority_beta_timesteps, p.priority_beta_final)
+        return priority_beta(self._run_adds(), p.priority_beta, p.priority_beta_timesteps, p.priority_beta_final)
 
     def _adds(self) -> int:
+        """Transitions added to replay since this learner started (its shards hold no older ones)."""
         return self.retired_adds + sum(self.shard_adds)
+
+    def _run_adds(self) -> int:
+        """Transitions added to replay over the run, those before the checkpoint it resumed from included."""
+        return self.resumed_adds + self._adds()
 
     def _may_sample(self) -> bool:
         """Learning has started and the learner is not ahead of the replay ratio bound."""

@@ -3,9 +3,14 @@ evaluation episodes. `load_algorithm` rebuilds it for `kuberl export` too."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kuberl.api.validation import fail, load_stored_manifest
+from kuberl.api.validation import ManifestError, fail, load_stored_manifest
+
+if TYPE_CHECKING:
+    from kuberl.api.types import RLExperiment
+
+NO_STOP = 2**31 - 1  # the stop criterion a checkpoint's experiment without one is read with
 
 
 def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = None) -> tuple[Any, Any]:
@@ -16,11 +21,12 @@ def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = 
 
     files, info = load_checkpoint(uri, endpoint=endpoint)
     if "experiment.yaml" not in files:
-        raise fail("CHECKPOINT", f"{info.uri} has no experiment.yaml; it was not written by kuberl train")
+        raise fail("CHECKPOINT", f"{info.uri} has no experiment.yaml, so its experiment is unknown (kuberl train and "
+                                 "Algorithm.save() write one; an older kuberl's save() did not)")
     overrides = ["rollouts.workers=0"]
     if seed is not None:
         overrides.append(f"config.seed={seed}")
-    experiment = load_stored_manifest(files["experiment.yaml"].decode(), overrides=overrides, source=f"{info.uri}/experiment.yaml")
+    experiment = _stored_experiment(files["experiment.yaml"].decode(), overrides, f"{info.uri}/experiment.yaml")
     algo = algorithm_config_for(experiment).build()
     try:
         algo.set_state(files)
@@ -28,6 +34,17 @@ def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = 
         algo.stop()
         raise
     return algo, info
+
+
+def _stored_experiment(text: str, overrides: list[str], source: str) -> RLExperiment:
+    """A checkpoint's experiment. One that `Algorithm.save()` wrote from a Python loop may have no stop criteria
+    (the loop decided when to stop): it gets one here, as playing and exporting never train."""
+    try:
+        return load_stored_manifest(text, overrides=overrides, source=source)
+    except ManifestError as exc:
+        if any(error.path != "spec.stop" for error in exc.errors):
+            raise
+    return load_stored_manifest(text, overrides=[*overrides, f"stop.iterations={NO_STOP}"], source=source)
 
 
 def evaluate_checkpoint(uri: str, *, episodes: int = 10, endpoint: str | None = None, seed: int | None = None) -> str:

@@ -36,3 +36,24 @@ def anneal_lr(optimizer: torch.optim.Optimizer, base_lr: float, timesteps: int, 
 def remaining_fraction(timesteps: int, horizon: int) -> float:
     """The share of the anneal horizon still to run, in [0, 1]."""
     return max(0.0, 1.0 - timesteps / horizon)
+
+
+OptimizerRates = list[list[float]]  # a learner's optimizers' learning rates, one list of param groups each
+
+
+def optimizers_of(learner: object) -> list[torch.optim.Optimizer]:
+    """The torch optimizers a learner holds as attributes, in their order (none for a Ray actor's handle)."""
+    return [value for value in vars(learner).values() if isinstance(value, torch.optim.Optimizer)] \
+        if hasattr(learner, "__dict__") else []
+
+
+def optimizer_rates(learner: object) -> OptimizerRates:
+    """The learning rate of each param group of each of the learner's optimizers."""
+    return [[group["lr"] for group in optimizer.param_groups] for optimizer in optimizers_of(learner)]
+
+
+def set_optimizer_rates(learner: object, rates: OptimizerRates) -> None:
+    """Set back rates `optimizer_rates` gave (an optimizer's `load_state_dict` brings the saved run's)."""
+    for optimizer, lrs in zip(optimizers_of(learner), rates, strict=True):
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr

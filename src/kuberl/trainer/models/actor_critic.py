@@ -73,24 +73,29 @@ class Actor(nn.Module):
         spec = encoder or EncoderSpec()
         spec = EncoderSpec(tuple(hidden), activation, spec.conv, spec.conv_hidden)
         self.net = _policy_net(observation_space, n_out, spec)
+        self.image = is_image_space(observation_space)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.zeros(n_out))
 
+    def outputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The net's output: logits, or the Gaussian's mean (a vector observation of any rank is flattened)."""
+        return self.net(obs if self.image else obs.flatten(1))
+
     def distribution(self, obs: torch.Tensor) -> Distribution:
-        out = self.net(obs)
+        out = self.outputs(obs)
         if self.discrete:
             return Categorical(logits=out)
         return Normal(out, self.log_std.exp().expand_as(out))
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.log_prob_entropy_of(self.net(obs), actions)
+        return self.log_prob_entropy_of(self.outputs(obs), actions)
 
     def log_prob_entropy_of(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """log pi(a|s) and the policy's entropy from the net's output."""
         return log_prob_entropy(out, actions, None if self.discrete else self.log_std)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.net(obs)
+        out = self.outputs(obs)
         return out.argmax(-1) if self.discrete else out
 
 
@@ -113,7 +118,7 @@ class ActorCritic(nn.Module):
         """V(s); `autocast` covers the shared conv encoder only (see `evaluate`)."""
         if self.shared:
             return self.critic(encode(self.actor.net[0], obs, autocast)).squeeze(-1)
-        return self.critic(obs).squeeze(-1)
+        return self.critic(obs.flatten(1)).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor,
                  autocast: Autocast = contextlib.nullcontext

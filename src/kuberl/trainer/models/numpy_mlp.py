@@ -29,6 +29,7 @@ class NumpyMLP:
         ]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = x.reshape(len(x), -1)  # a vector observation of any rank, flattened as the torch nets do
         for i, (weight, bias) in enumerate(self.layers):
             x = x @ weight + bias
             if i < len(self.layers) - 1:

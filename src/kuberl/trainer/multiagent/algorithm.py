@@ -30,6 +30,7 @@ from kuberl.trainer.algorithms.ppo_loop import PPOLoop
 from kuberl.trainer.algorithms.vtrace_loop import VTraceLoop, learn_for, vtrace_learner
 from kuberl.trainer.distributed.fragment_queue import FragmentQueue
 from kuberl.trainer.iteration_result import LearnerStats, PolicyResult, StepResult
+from kuberl.trainer.learning.schedules import OptimizerRates, optimizer_rates, set_optimizer_rates
 from kuberl.trainer.models.encoders import EncoderSpec
 from kuberl.trainer.multiagent.envs import AgentSpaces, agent_spaces
 from kuberl.trainer.multiagent.episodes import (
@@ -137,6 +138,15 @@ class MultiAgentAlgorithm(Algorithm):
     @property
     def learners(self) -> dict[str, PolicyLearner]:
         return {name: loop.learner for name, loop in self.loops.items()}
+
+    def learning_rates(self) -> dict[str, OptimizerRates]:
+        """Each policy's learner's rates: its optimizer was built with the policy's own hyperparameters."""
+        return {name: optimizer_rates(learner) for name, learner in self.learners.items()}
+
+    def set_learning_rates(self, rates: dict[str, OptimizerRates]) -> None:
+        for name, learner in self.learners.items():
+            if name in rates:
+                set_optimizer_rates(learner, rates[name])
 
     def worker_weights(self) -> dict[str, dict[str, np.ndarray]]:
         return {name: loop.worker_weights() for name, loop in self.loops.items()}

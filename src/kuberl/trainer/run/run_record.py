@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.contract import ENV_IMAGE
+from kuberl.api.validation import dump_yaml
 from kuberl.trainer.cpu import cpu_model, cpu_summary
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.storage.errors import NotFound
@@ -311,8 +312,6 @@ def _bf16_text(machine: Machine, bf16: Bf16Record | None) -> list[str]:
 
 def record_text(record: RunRecord, *, attempts: int = 1) -> str:
     """A run record, readable (pure)."""
-    import yaml
-
     versions, machine = record.get("versions") or {}, record.get("machine") or {}
     env = versions.get("env") or {}
     spec = (record.get("manifest") or {}).get("spec") or {}
@@ -337,6 +336,6 @@ def record_text(record: RunRecord, *, attempts: int = 1) -> str:
         *_bf16_text(machine, (record.get("learner") or {}).get("bf16")),
         *_seeds_text(record.get("seeds") or {}),
         "manifest (resolved, every default filled in):",
-        *("  " + line for line in yaml.safe_dump(record.get("manifest") or {}, sort_keys=False).splitlines()),
+        *("  " + line for line in dump_yaml(record.get("manifest") or {}, sort_keys=False).splitlines()),
     ]
     return "\n".join(lines)

@@ -8,7 +8,13 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from kuberl.api.contract import SUMMARY_KEYS, TERMINATION_LOG_LIMIT, exit_code_for
+from kuberl.api.contract import (
+    EXIT_INTERRUPTED,
+    RESULT_TERMINATED,
+    SUMMARY_KEYS,
+    TERMINATION_LOG_LIMIT,
+    exit_code_for,
+)
 from kuberl.api.types import StopSpec
 
 if TYPE_CHECKING:
@@ -29,6 +35,8 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
+        if self.result == RESULT_TERMINATED and self.reason == "SIGINT":  # the reason: the signal's name
+            return EXIT_INTERRUPTED
         return exit_code_for(self.result)
 
 

@@ -14,11 +14,9 @@ import sys
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
-import yaml
-
 from kuberl.api.contract import RESULT_SUCCEEDED, RESULT_TERMINATED
 from kuberl.api.types import Phase
-from kuberl.api.validation import FieldError, ManifestError
+from kuberl.api.validation import FieldError, ManifestError, dump_yaml
 from kuberl.trainer.run.metrics import TrainerMetrics
 from kuberl.trainer.run.observer import Observers
 from kuberl.trainer.run.summary import Summary, stop_reason
@@ -209,7 +207,7 @@ class TrainingRun:
         restored = retry_transient(lambda: restore_latest(store), "restoring the latest checkpoint", log=self.log)
         if restored is not None:
             files, latest = restored
-            self.algo.set_state(files)
+            self._load(files, latest, store)
             run.truncate_results(latest.iteration)
             self.status.update(iteration=latest.iteration, timesteps=latest.timesteps, lastCheckpoint=latest.uri)
             print(f"resuming from {latest.uri} (iteration {latest.iteration}, {latest.timesteps:,} steps)",
@@ -217,12 +215,13 @@ class TrainingRun:
         elif (restore_uri := spec.checkpoint.restore_from) is not None:
             from kuberl.trainer.run.restore_from import restore_from
 
-            source = retry_transient(lambda: restore_from(self.algo, restore_uri, endpoint=spec.storage.endpoint),
+            source = retry_transient(lambda: restore_from(self.algo, restore_uri, endpoint=spec.storage.endpoint,
+                                                          region=spec.storage.region),
                                      "restoring spec.checkpoint.restoreFrom", log=self.log)
             self.status.update(iteration=source.iteration, timesteps=source.timesteps)
             print(f"starting from {source.uri} (iteration {source.iteration}, {source.timesteps:,} steps) with "
                   "this manifest's hyperparameters", file=self.out, flush=True)
-        self.spec_text = yaml.safe_dump(self.experiment.to_manifest(), sort_keys=False)
+        self.spec_text = dump_yaml(self.experiment.to_manifest(), sort_keys=False)
         run.write_spec(self.spec_text)
         # spec.learner.bf16 as resolved
         bf16 = self._defaults_record["machine"].get("bf16") if self._defaults_record is not None else None
@@ -234,6 +233,25 @@ class TrainingRun:
         print(f"training {spec.algorithm} on {spec.env.id}; run: {store.uri}", file=self.out, flush=True)
         if self._defaults_line:
             self.log(self._defaults_line)
+
+    def _load(self, files: dict[str, bytes], latest: CheckpointInfo, store: ObjectStore) -> None:
+        """The run's own checkpoint into the algorithm. One that does not fit this experiment (another network or
+        observation filter, a file it lacks) is the user's error, named by the settings that differ from its
+        experiment.yaml: a network of other layers would not load, one of another activation or filter would
+        train on as another policy."""
+        from kuberl.trainer.algorithms.checkpoint_fit import misfit_error, model_mismatch_errors
+
+        def misfit(detail: str = "") -> ManifestError:
+            problem = f"the checkpoint {latest.uri} of the run at {store.uri} does not fit this experiment"
+            return ManifestError([misfit_error(files, self.algo.params, problem,
+                                               "it cannot resume (use --fresh or another storage.uri)", detail)])
+
+        if model_mismatch_errors(files, self.algo.params, latest.uri):
+            raise misfit()
+        try:
+            self.algo.set_state(files)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise misfit(" ".join(str(exc).split())[:300]) from None  # torch's message spans lines
 
     def _observe(self, store: ObjectStore, run: RunStorage) -> None:
         """The observers of each result, in the order their hooks are called."""

@@ -62,10 +62,14 @@ def parse_env_id(env_id: str) -> EnvId:
 
 
 def missing_package_hint(exc: ImportError) -> str:
-    """The distribution to install for a failed import, as a sentence."""
+    """The distribution to install for a failed import, as a sentence; a module no distribution is known for
+    may be a user's own, found through PYTHONPATH."""
     missing = (getattr(exc, "name", None) or "").split(".")[0]
-    package = PIP_NAMES.get(missing, missing)
-    return f"install {package}" if package else "install the package that provides it"
+    if missing in PIP_NAMES:
+        return f"install {PIP_NAMES[missing]}"
+    if missing:
+        return f"install {missing}, or put the folder that holds {missing} on PYTHONPATH"
+    return "install the package that provides it"
 
 
 def import_module(module: str, env_id: str) -> None:

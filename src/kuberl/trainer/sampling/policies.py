@@ -88,7 +88,7 @@ class TorchPPOPolicy:
 
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
-            out = self.actor.net(obs_tensor(obs, self.device))
+            out = self.actor.outputs(obs_tensor(obs, self.device))
             if self.actor.discrete:
                 log_probs = torch.log_softmax(out, dim=-1)
                 if explore:

@@ -10,6 +10,7 @@ attempt, then iteration: what a resume loads).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -17,6 +18,8 @@ from typing import Any
 
 from kuberl.trainer.iteration_result import IterationResult, ResultLine
 from kuberl.trainer.storage.base import CheckpointInfo
+
+COUNTERS_FILE = "counters.json"  # a checkpoint's counters (Algorithm.get_state), its return window among them
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,22 @@ def returns_by_iteration(results: Iterable[ResultLine]) -> tuple[dict[int, float
     return training, evaluation
 
 
-def checkpoint_rows(checkpoints: list[CheckpointInfo], results: Iterable[ResultLine]) -> list[CheckpointRow]:
-    """One row per complete checkpoint, oldest first, latest and best marked."""
+def window_return(counters: bytes) -> float | None:
+    """The training return mean a checkpoint's counters.json holds (the mean of its return window, as its
+    iteration's result line had it); None where it holds no episode."""
+    try:
+        window = [float(value) for value in json.loads(counters).get("returnWindow") or []]
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return _number(sum(window) / len(window)) if window else None
+
+
+def checkpoint_rows(checkpoints: list[CheckpointInfo], results: Iterable[ResultLine],
+                    saved_returns: dict[int, float] | None = None) -> list[CheckpointRow]:
+    """One row per complete checkpoint, oldest first, latest and best marked. `saved_returns`: training returns by
+    iteration where results.jsonl has none (a run `Algorithm.save()` wrote: `window_return`)."""
     training, evaluation = returns_by_iteration(results)
+    training = {**(saved_returns or {}), **training}
     rows = [CheckpointRow(iteration=c.iteration, timesteps=c.timesteps, attempt=c.attempt,
                           episodeReturnMean=training.get(c.iteration), evaluationReturnMean=evaluation.get(c.iteration),
                           bytes=sum(c.files.values()), uri=c.uri)

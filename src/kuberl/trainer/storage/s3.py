@@ -18,13 +18,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from kuberl.api.contract import REGION_KEY
-from kuberl.trainer.storage.errors import NotFound, StorageError
+from kuberl.api.contract import ENV_EXPERIMENT_NAME, REGION_KEY, REQUIRED_CREDENTIAL_KEYS
+from kuberl.trainer.storage.errors import MissingCredentials, NotFound, StorageError
 from kuberl.trainer.storage.faults import TransientStorageError, classify
 
 MULTIPART_THRESHOLD = 16 << 20
 MULTIPART_CHUNK = 16 << 20
 MAX_CONCURRENCY = 10
+
+
+def _credentials_hint() -> str:
+    """Where the credentials come from: in an experiment's pod the operator passes spec.storage.secretRef's
+    keys as variables; anywhere else only the process's own variables (or AWS config files) count."""
+    keys = " and ".join(REQUIRED_CREDENTIAL_KEYS)
+    if os.environ.get(ENV_EXPERIMENT_NAME):
+        return f"the Secret that spec.storage.secretRef names must hold {keys}"
+    return f"set {keys} (spec.storage.secretRef is read only in a cluster)"
+
+
 _FATAL_CODES = {
     "NoSuchBucket": "the bucket does not exist",
     "AccessDenied": "access denied (check the credentials of storage.secretRef / AWS_* variables)",
@@ -133,8 +144,8 @@ class S3Store:
         from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
         if isinstance(error, NoCredentialsError | PartialCredentialsError):
-            return StorageError(f"storage {self.url(key)}: no AWS credentials found "
-                                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or storage.secretRef)")
+            return MissingCredentials(
+                f"storage {self.url(key)}: no AWS credentials found: {_credentials_hint()}")
         if isinstance(error, ClientError):
             code = str(error.response.get("Error", {}).get("Code", ""))
             if code in _MISSING_CODES:

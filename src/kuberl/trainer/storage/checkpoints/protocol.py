@@ -229,10 +229,12 @@ def _split_checkpoint_uri(uri: str) -> tuple[str, str | None]:
     return trimmed, None
 
 
-def load_checkpoint(uri: str, endpoint: str | None = None) -> tuple[dict[str, bytes], CheckpointInfo]:
-    """Files of the checkpoint at `uri`: a checkpoint directory, or a run root (newest that verifies)."""
+def load_checkpoint(uri: str, endpoint: str | None = None,
+                    region: str | None = None) -> tuple[dict[str, bytes], CheckpointInfo]:
+    """Files of the checkpoint at `uri`: a checkpoint directory, or a run root (newest that verifies); an s3://
+    one read through `endpoint` in `region` (spec.storage's)."""
     root, name = _split_checkpoint_uri(uri)
-    store = open_store(root, endpoint=endpoint)
+    store = open_store(root, endpoint=endpoint, region=region)
     if name is not None:
         info = _complete(store, f"{CHECKPOINTS}/{name}")
         if info is None:
