@@ -93,7 +93,11 @@ class ValueScale:
 
     Pendulum's returns reach -1500 while CartPole's stay under 100: with the
     critic's targets normalised, one learning rate and value clip fit both. The
-    count is capped so the statistics follow returns that grow as the policy learns.
+    count is capped so the mean follows returns that grow as the policy learns. The sum
+    of squares is not capped with it, so past MAX_COUNT targets the std grows like
+    sqrt(targets seen / MAX_COUNT): the critic's targets shrink and its share of the loss
+    falls as training goes on. Every PPO default (Pong, MuJoCo) was measured with this;
+    a true window of MAX_COUNT targets trained Pong slower (bench/notes/benchmarks-log.md).
     """
 
     MAX_COUNT = 100_000
