@@ -136,10 +136,8 @@ def _running_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
         return None
 
 
-def _running_experiment(cluster: Cluster, body: dict[str, Any]) -> RLExperiment | None:
-    """The experiment as its pods run it (the ConfigMap's spec), or None where there is none that validates."""
-    meta = body["metadata"]
-    spec = _running_spec(cluster, meta["namespace"], meta["name"])
+def _running_experiment(body: dict[str, Any], spec: dict[str, Any] | None) -> RLExperiment | None:
+    """The experiment as its pods run it (`spec`: the ConfigMap's), or None where there is none that validates."""
     if spec is None:
         return None
     try:
@@ -210,17 +208,19 @@ def reconcile_pass(cluster: Cluster, settings: Settings, namespace: str, name: s
     terminal = previous.phase in TERMINAL_PHASES
     experiment, errors = validate_body(body)
     invalid_edit: tuple[str, ...] = ()
-    if errors and live_pods and not terminal:  # an edit the pods cannot take: they go on with what they run
-        running = _running_experiment(cluster, body)
-        if running is not None:
-            experiment, invalid_edit, errors = running, errors, ()
+    # an edit the pods cannot take: they go on with what they run
+    read_spec = _running_spec(cluster, namespace, name) if errors and live_pods and not terminal else None
+    running = _running_experiment(body, read_spec)
+    if running is not None:
+        experiment, invalid_edit, errors = running, errors, ()
     resolved = resolve_experiment(experiment, settings, namespace) if experiment else None
 
     generation = int(meta.get("generation") or 1)
     children_ready = ensured_generation == generation
     # The ConfigMap holds the spec the pods run; it can differ from the asked one only after a spec change.
     check_running = resolved is not None and live_pods and not terminal and not children_ready
-    running_spec = _running_spec(cluster, namespace, name) if check_running else None
+    running_spec = (read_spec if read_spec is not None else _running_spec(cluster, namespace, name)) \
+        if check_running else None
     desired_spec = resolved.spec.to_manifest() if resolved else {}
     placement = placement_of(meta.get("labels"), resolved) if resolved else Placement()
     mutable = KUEUE_MUTABLE_FIELDS if placement.queue else MUTABLE_FIELDS
