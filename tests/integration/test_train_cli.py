@@ -115,14 +115,18 @@ def test_set_overrides_reach_the_algorithm(tmp_path):
     assert 32 < line["timesteps"] <= 2 * 32, "2 envs x 32 steps (the default 4 envs would give ~128)"
 
 
+def wait_for_two_iterations(run: Path) -> None:
+    deadline = time.monotonic() + 120  # a hang guard
+    while time.monotonic() < deadline and not ((run / "results.jsonl").exists() and len(results(run)) >= 2):
+        time.sleep(0.2)
+
+
 def test_sigterm_writes_a_final_checkpoint_and_exits(tmp_path):
     path = manifest(tmp_path, 100_000)
     proc = subprocess.Popen([sys.executable, "-m", "kuberl.cli", "train", "-f", path], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = tmp_path / "kuberl-runs" / "tiny"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((run / "results.jsonl").exists() and len(results(run)) >= 2):
-        time.sleep(0.2)
+    wait_for_two_iterations(run)
     os.kill(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
@@ -139,9 +143,7 @@ def test_ctrl_c_writes_a_final_checkpoint_and_exits_130(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run = tmp_path / "kuberl-runs" / "tiny"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((run / "results.jsonl").exists() and len(results(run)) >= 2):
-        time.sleep(0.2)
+    wait_for_two_iterations(run)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground process group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
