@@ -24,7 +24,7 @@ from kuberl.operator.main import add_arguments as add_operator_arguments
 from kuberl.operator.main import run_from_arguments as run_operator_from_arguments
 
 if TYPE_CHECKING:
-    from kuberl.api.validation import FieldError
+    from kuberl.api.field_errors import FieldError
 
 # Modules of kuberl.commands whose add_commands(sub) add their subcommands (see its docstring).
 COMMAND_MODULES: tuple[str, ...] = ("cluster", "sweep", "records")
@@ -54,7 +54,7 @@ examples:
 
 
 def _read_manifest_text(path: str) -> str:
-    from kuberl.api.validation import fail
+    from kuberl.api.field_errors import fail
 
     if path == "-":
         return sys.stdin.read()
@@ -75,7 +75,9 @@ def _load(args: argparse.Namespace):
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from kuberl.api.defaults import defaults_line_without_env
-    from kuberl.api.validation import ManifestError, cluster_errors, load_manifest, parse_yaml
+    from kuberl.api.field_errors import ManifestError
+    from kuberl.api.validation import cluster_errors, load_manifest
+    from kuberl.api.yaml_text import parse_yaml
 
     text = _read_manifest_text(args.file)
     if parse_yaml(text, args.file).get("kind") == "RLSweep":
@@ -108,15 +110,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def _storage_option_errors(storage: str | None) -> list[FieldError]:
     """--storage checked as spec.storage.uri is, a plain path allowed: a mistyped scheme (s4://, S3://, s3:/)
     would otherwise be taken for a local folder of that name."""
+    from kuberl.api.field_errors import FieldError
     from kuberl.api.storage_uri import storage_uri_problem
-    from kuberl.api.validation import FieldError
 
     problem = storage_uri_problem(storage, plain_path=True) if storage else None
     return [FieldError("--storage", problem)] if problem else []
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from kuberl.api.validation import ManifestError
+    from kuberl.api.field_errors import ManifestError
     from kuberl.trainer.run.driver import TrainOptions, run_training
     from kuberl.trainer.storage.errors import MissingCredentials
 
@@ -301,7 +303,7 @@ class _ReaderMayLeave:
 
 
 def _run(argv: list[str] | None) -> int:
-    from kuberl.api.validation import ManifestError
+    from kuberl.api.field_errors import ManifestError
 
     args = build_parser().parse_args(argv)
     # `kill -USR1 <pid>` (or `kubectl exec ... kill -USR1 1`) prints every thread's stack to stderr:

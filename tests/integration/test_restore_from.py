@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kuberl.api.validation import ManifestError, load_manifest
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.validation import load_manifest
 from kuberl.trainer.algorithms.config import algorithm_config_for
 from kuberl.trainer.run.driver import TrainOptions, run_training
 from kuberl.trainer.run.restore_from import restore_from

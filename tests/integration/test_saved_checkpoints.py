@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.api.validation import ManifestError, load_manifest
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.validation import load_manifest
 from kuberl.trainer.algorithms.ppo import PPOConfig
 from kuberl.trainer.run.driver import TrainOptions, run_training
 from kuberl_testing.manifests import experiment_manifest

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.api.validation import ManifestError
+from kuberl.api.field_errors import ManifestError
 from kuberl.trainer.algorithms.config import AlgorithmConfig, algorithm_config_for
 from kuberl.trainer.algorithms.ppo import PPO, PPOConfig
 from kuberl.trainer.run.callbacks import Callbacks

@@ -7,19 +7,18 @@ import textwrap
 
 import pytest
 
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.hyperparams import PPOParams
 from kuberl.api.storage_uri import storage_uri_problem
 from kuberl.api.types import STORAGE_URI_PATTERN
 from kuberl.api.validation import (
-    ManifestError,
-    apply_overrides,
     cluster_errors,
     hyperparams_for,
     load_manifest,
     load_stored_manifest,
-    parse_yaml,
     validate_document,
 )
+from kuberl.api.yaml_text import apply_overrides, parse_yaml
 
 GOOD = textwrap.dedent(
     """\
@@ -421,7 +420,7 @@ def test_a_wrongly_written_algorithm_suggests_the_right_one(given: str, meant: s
 def test_what_kuberl_writes_it_reads_back_the_same_even_strings_that_look_like_numbers():
     """load_yaml reads `1e5` as a number (as kubectl does); dump_yaml quotes a string of that form, so a run's
     experiment.yaml and the operator's ConfigMap give back the strings they were given."""
-    from kuberl.api.validation import dump_yaml, load_yaml
+    from kuberl.api.yaml_text import dump_yaml, load_yaml
 
     document = {"metadata": {"name": "1e5", "labels": {"run": "3e-4"}}, "spec": {"config": {"lr": 3e-4},
                                                                                  "env": {"config": {"mode": "1.0e5"}}}}

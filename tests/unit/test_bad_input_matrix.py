@@ -24,8 +24,10 @@ import yaml
 from kuberl import cli
 from kuberl.api.algorithms import HYPERPARAMS
 from kuberl.api.crd import build_crd
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.types import DNS_SUBDOMAIN_PATTERN
-from kuberl.api.validation import INT64_RANGE, ManifestError, load_manifest, parse_yaml
+from kuberl.api.validation import INT64_RANGE, load_manifest
+from kuberl.api.yaml_text import parse_yaml
 from kuberl.operator.reconcile import validate_body
 from kuberl_testing.bad_inputs import (
     CASES,

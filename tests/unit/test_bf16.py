@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from kuberl.api.crd import build_crd
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.hyperparams import PPOParams, SACParams
-from kuberl.api.validation import ManifestError, validate_document
+from kuberl.api.validation import validate_document
 from kuberl.trainer import cpu
 from kuberl.trainer.cpu import cpu_flags, cpu_model, cpu_summary, native_bf16_flags
 from kuberl.trainer.learners import sac as sac_learner

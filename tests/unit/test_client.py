@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kuberl.api.validation import ManifestError
+from kuberl.api.field_errors import ManifestError
 from kuberl.client.connection import connect, context_namespace, kubeconfig_paths
 from kuberl.client.dashboard import port_forward
 from kuberl.client.errors import ConfigError, from_api_error

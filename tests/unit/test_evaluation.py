@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kuberl.api.validation import ManifestError, load_manifest
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.validation import load_manifest
 from kuberl.trainer.run.driver import TrainOptions, run_training
 from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry
 from kuberl.trainer.storage.checkpoints import list_checkpoints, read_best_pointer

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from kuberl.api.validation import ManifestError
+from kuberl.api.field_errors import ManifestError
 from kuberl.trainer.algorithms.appo import APPO, APPOConfig
 from kuberl.trainer.algorithms.config import config_class_for
 from kuberl.trainer.algorithms.impala import IMPALA, IMPALAConfig

@@ -15,9 +15,10 @@ import pytest
 from pydantic import BaseModel
 
 from kuberl.api.algorithms import HYPERPARAMS
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.sweep_validation import validate_sweep_document
 from kuberl.api.types import RLExperimentSpec, RolloutsSpec
-from kuberl.api.validation import ManifestError, validate_document
+from kuberl.api.validation import validate_document
 from kuberl.client.manifests import prepare
 from kuberl.operator.reconcile import validate_body
 from kuberl.operator.sweep_reconcile import validate_sweep_body

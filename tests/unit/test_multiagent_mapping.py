@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.multiagent import mapping_errors, policies_of, policies_to_train, policy_config, policy_for
 from kuberl.api.types import PolicySpec
-from kuberl.api.validation import ManifestError, validate_document
+from kuberl.api.validation import validate_document
 
 BASE = {
     "apiVersion": "kuberl.io/v1alpha1",

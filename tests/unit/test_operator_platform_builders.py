@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kuberl.api.validation import ManifestError, validate_document
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.validation import validate_document
 from kuberl.operator.builders import Owner, build_head_pod, build_worker_pod, resolve_experiment
 from kuberl.operator.builders.podgroup import (
     KUEUE_GATE,

@@ -175,7 +175,7 @@ def test_pbt_creates_within_parallelism_and_a_failed_member_leaves_the_populatio
 def test_pbt_with_several_seeds_per_member_is_refused():
     import pytest
 
-    from kuberl.api.validation import ManifestError
+    from kuberl.api.field_errors import ManifestError
 
     with pytest.raises(ManifestError, match="spec.seedsPerTrial"):
         pbt_sweep(seedsPerTrial=2)

@@ -7,13 +7,8 @@ import pytest
 import yaml
 
 from kuberl.api.base import StrictModel
-from kuberl.api.validation import (
-    ManifestError,
-    _renamed_to_aliases,
-    in_manifest_names,
-    load_manifest,
-    load_stored_manifest,
-)
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.validation import _renamed_to_aliases, in_manifest_names, load_manifest, load_stored_manifest
 from kuberl_testing.bad_inputs import base_manifest
 
 

@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 import yaml
 
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.sweep_crd import build_sweep_crd, render_sweep_chart_crd, render_sweep_crd
 from kuberl.api.sweep_reference import render_sweep_reference
 from kuberl.api.sweep_validation import load_sweep, validate_sweep_document
-from kuberl.api.validation import ManifestError
 from kuberl_testing.schemas import walk_schema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -50,7 +50,7 @@ def test_the_api_key_reaches_only_the_head_and_only_as_a_secret_key_ref():
 
 
 def test_the_spec_refuses_an_api_key_field_and_an_unknown_mode():
-    from kuberl.api.validation import ManifestError
+    from kuberl.api.field_errors import ManifestError
 
     for wandb, field in (({"project": "p", "apiKey": "secret"}, "spec.tracking.wandb.apiKey"),
                          ({"project": "p", "mode": "sometimes"}, "spec.tracking.wandb.mode")):

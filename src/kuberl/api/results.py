@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kuberl.api.algorithms import REGISTRY
-from kuberl.api.validation import nearest
+from kuberl.api.field_errors import nearest
 
 RESULT_FIGURES = ("iteration", "timesteps", "episodes", "episodeReturnMean", "envStepsPerSecond", "timeSeconds",
                   "iterationSeconds", "policyVersion", "attempt")

@@ -17,23 +17,19 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from kuberl.api.algorithms import REGISTRY, unknown_hyperparameter
+from kuberl.api.field_errors import FieldError, ManifestError, nearest, validate_manifest_model
 from kuberl.api.results import metric_error
 from kuberl.api.sweep_types import KIND, PARAMETER_PATH_PATTERN, PLURAL, RLSweep, RLSweepSpec, SweepParameter
 from kuberl.api.types import API_VERSION, RLExperimentSpec, RolloutsSpec
 from kuberl.api.validation import (
     ENVELOPE_FIELDS,
-    FieldError,
-    ManifestError,
-    apply_overrides,
     may_name_multi_agent_env,
-    nearest,
     parse_resource,
-    parse_yaml,
     unparsed_config_errors,
     validate_document,
-    validate_manifest_model,
     with_algorithm_hint,
 )
+from kuberl.api.yaml_text import apply_overrides, parse_yaml
 
 __all__ = ["KIND", "PLURAL", "grid_values", "load_sweep", "set_path", "trial_spec", "validate_sweep_document"]
 

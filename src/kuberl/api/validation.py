@@ -8,345 +8,36 @@ algorithm registry, `kuberl.api.algorithms`.
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY, listed, unknown_hyperparameter
+from kuberl.api.field_errors import (
+    FieldError,
+    ManifestError,
+    model_in,
+    nearest,
+    pydantic_errors,
+    shortened,
+    validate_manifest_model,
+)
 from kuberl.api.hyperparams import CommonParams, DQNParams, PPOParams, ShardReplayParams
 from kuberl.api.multiagent import policy_errors, policy_params
 from kuberl.api.podtemplate import template_errors
-from kuberl.api.storage_uri import ACCEPTED as STORAGE_ACCEPTED
-from kuberl.api.storage_uri import storage_uri_problem
 from kuberl.api.types import (
     API_VERSION,
-    CLASS_PATH_PATTERN,
-    CPU_PATTERN,
-    DNS_SUBDOMAIN_PATTERN,
-    ENDPOINT_PATTERN,
-    IMAGE_PATTERN,
     KIND,
-    LABEL_KEY_PATTERN,
-    LABEL_VALUE_PATTERN,
-    MEMORY_PATTERN,
-    POLICY_NAME_PATTERN,
     PYTHON_NAME,
-    STORAGE_URI_PATTERN,
-    WRAPPER_NAME_PATTERN,
     RLExperiment,
 )
+from kuberl.api.yaml_text import apply_overrides, parse_yaml
 
 ResourceT = TypeVar("ResourceT", bound=BaseModel)
-ModelT = TypeVar("ModelT", bound=BaseModel)
 
-MAX_MANIFEST_BYTES = 1_000_000
-MAX_YAML_NODES = 100_000
 MAX_NESTING = 64  # far deeper than any spec; serializers and parsers with recursion limits stay safe
 INT64_RANGE = (-(2**63), 2**63 - 1)  # the Kubernetes API's integers
-
-
-@dataclass(frozen=True)
-class FieldError:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class ManifestError(ValueError):
-    """A manifest a user must fix; each problem names the field."""
-
-    def __init__(self, errors: list[FieldError]):
-        self.errors = errors
-        super().__init__("\n".join(str(e) for e in errors))
-
-
-def fail(path: str, message: str) -> ManifestError:
-    return ManifestError([FieldError(path, message)])
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses alias bombs ("billion laughs") by counting expanded nodes, and reads numbers in
-    exponent form as YAML 1.2 (and so kubectl) does: PyYAML's YAML 1.1 resolver takes `3e-4`, `1e5` and
-    `1.0e5` for strings, as it wants a dot and a signed exponent."""
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        _count_nodes(node, budget=[MAX_YAML_NODES])
-        return super().construct_document(node)
-
-
-class _NumberQuotingDumper(yaml.SafeDumper):
-    """SafeDumper that quotes a string load_yaml would read back as a number (`"1e5"`, `"3e-4"`)."""
-
-
-for _resolver_class in (_BoundedLoader, _NumberQuotingDumper):
-    _resolver_class.add_implicit_resolver(
-        "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
-        list("-+.0123456789"))
-
-
-def dump_yaml(document: Any, **options: Any) -> str:
-    """YAML as kuberl writes it (a run's experiment.yaml, the operator's ConfigMap), read back the same by
-    load_yaml."""
-    text: str = yaml.dump(document, Dumper=_NumberQuotingDumper, **options)
-    return text
-
-
-def load_yaml(text: str) -> Any:
-    """One YAML document (a manifest's, a --set value's) as kuberl reads every manifest; raises
-    yaml.YAMLError."""
-    return yaml.load(text, Loader=_BoundedLoader)
-
-
-def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise fail("", f"manifest too large: more than {MAX_YAML_NODES} YAML nodes once aliases are expanded")
-        if isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
-        elif isinstance(current, yaml.MappingNode):
-            for key, value in current.value:
-                stack.extend((key, value))
-
-
-def parse_yaml(text: str, source: str = "manifest") -> dict[str, Any]:
-    """Parse one YAML document into a mapping, with the line of any syntax error."""
-    if len(text.encode("utf-8", errors="replace")) > MAX_MANIFEST_BYTES:
-        raise fail("", f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
-    try:
-        docs = [d for d in yaml.load_all(text, Loader=_BoundedLoader) if d is not None]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise fail("", f"{source}: invalid YAML at {where}: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise fail("", f"{source}: invalid YAML: {exc}") from None
-    except RecursionError:
-        raise fail("", f"{source}: nested too deeply") from None
-    if len(docs) != 1:
-        raise fail("", f"{source}: expected exactly one YAML document, found {len(docs)}")
-    if not isinstance(docs[0], dict):
-        raise fail("", f"{source}: expected a mapping (apiVersion, kind, metadata, spec)")
-    return docs[0]
-
-
-def apply_overrides(doc: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply `--set path=value` overrides; paths are relative to `spec` unless they start with a top-level key."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise fail("--set", f"{item!r}: expected key=value, such as rollouts.workers=2")
-        parts = key.split(".")
-        if parts[0] not in ("spec", "metadata", "apiVersion", "kind"):
-            parts = ["spec", *parts]
-        try:
-            value = load_yaml(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
-        node = doc
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise fail(".".join(parts[: i + 1]), f"--set {key}: is not a mapping")
-            node = child
-        node[parts[-1]] = value
-    return doc
-
-
-def nearest(word: str, candidates: list[str]) -> str | None:
-    """The candidate a misspelt `word` most likely means, or None when none is close."""
-    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return match[0] if match else None
-
-
-def suggestion(word: str, candidates: list[str]) -> str:
-    """" (did you mean 'x'?)" for the nearest candidate, or nothing."""
-    match = nearest(word, candidates)
-    return f" (did you mean {match!r}?)" if match else ""
-
-
-def _model_fields(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items()]
-
-
-def _unknown_field_hint(key: str, model: type[BaseModel]) -> str:
-    """A Python name (envs_per_worker) is answered with its manifest name exactly; anything else with the
-    nearest manifest name."""
-    field = model.model_fields.get(key)
-    if field is not None and field.alias and field.alias != key:
-        return f" (did you mean {field.alias!r}?)"
-    return suggestion(key, _model_fields(model))
-
-
-def validate_manifest_model(model: type[ModelT], data: Any) -> ModelT:
-    """`data` (a manifest's mapping) as `model`, read by the manifest's camelCase names only: the CRD knows no
-    other, so a Python name (envs_per_worker) that passed here would be pruned by the API server unread."""
-    return model.model_validate(data, by_alias=True, by_name=False)
-
-
-def _resolve_model(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model that a location's parent refers to, for did-you-mean hints."""
-    model: type[BaseModel] | None = root
-    for part in loc:
-        if isinstance(part, int):  # an item of a list of models: the list's field already named its model
-            continue
-        if model is None:
-            return None
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
-        if field is None:
-            return None
-        model = _model_in(field.annotation)
-    return model
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The model a field holds: itself, optional, or as the items of a list."""
-    for candidate in (annotation, *getattr(annotation, "__args__", ())):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-        if getattr(candidate, "__origin__", None) is list:
-            return _model_in(candidate.__args__[0])
-    return None
-
-
-_MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
-    "greater_than": lambda ctx: f"must be > {ctx['gt']}",
-    "less_than_equal": lambda ctx: f"must be <= {ctx['le']}",
-    "less_than": lambda ctx: f"must be < {ctx['lt']}",
-    "missing": lambda ctx: "required field is missing",
-    "string_too_short": lambda ctx: f"must be at least {ctx['min_length']} characters",
-    "string_too_long": lambda ctx: f"must be at most {ctx['max_length']} characters",
-    "too_short": lambda ctx: f"must have at least {ctx['min_length']} items",
-    "too_long": lambda ctx: f"must have at most {ctx['max_length']} items",
-    "int_type": lambda ctx: "must be an integer",
-    "int_parsing": lambda ctx: "must be an integer",
-    "int_from_float": lambda ctx: "must be a whole number",
-    "float_type": lambda ctx: "must be a number",
-    "float_parsing": lambda ctx: "must be a number",
-    "bool_type": lambda ctx: "must be true or false",
-    "bool_parsing": lambda ctx: "must be true or false",
-    "string_type": lambda ctx: "must be a string",
-    "dict_type": lambda ctx: "must be a mapping",
-    "model_type": lambda ctx: "must be a mapping",
-    "model_attributes_type": lambda ctx: "must be a mapping",
-    "list_type": lambda ctx: "must be a list",
-    "literal_error": lambda ctx: f"must be one of {ctx['expected']}",
-    "value_error": lambda ctx: str(ctx.get("error", "invalid value")),
-}
-
-
-# Errors of a value's type: the message shows the value, since YAML may have read it otherwise than meant.
-_TYPE_ERRORS = frozenset({"int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
-                          "bool_type", "bool_parsing", "string_type", "dict_type", "model_type",
-                          "model_attributes_type", "list_type"})
-
-# What each pattern of the schema accepts, in words (spec.storage.uri's: kuberl.api.storage_uri).
-_ENDS = "starting and ending with a letter or digit"
-_PATTERN_WORDS: dict[str, str] = {
-    DNS_SUBDOMAIN_PATTERN: f"must be lowercase letters, digits, '-' and '.', {_ENDS}",
-    ENDPOINT_PATTERN: "must be an http:// or https:// URL such as http://minio:9000",
-    CPU_PATTERN: "must be a number of CPUs such as 2, 0.5 or 500m",
-    MEMORY_PATTERN: "must be an amount of memory such as 512Mi, 4Gi or 1000000 (bytes)",
-    LABEL_VALUE_PATTERN: f"must be letters, digits, '-', '_' and '.', {_ENDS}",
-    f"({LABEL_KEY_PATTERN})|^$": "must be a label key: letters, digits, '-', '_' and '.', after an optional "
-                                 "DNS prefix and '/' (such as example.com/team)",
-    IMAGE_PATTERN: "must have no whitespace",
-    CLASS_PATH_PATTERN: "must be an import path, package.module:Class",
-    WRAPPER_NAME_PATTERN: "must be an import path such as gymnasium.wrappers:ClipAction",
-    POLICY_NAME_PATTERN: f"must be lowercase letters, digits, '-' and '_', {_ENDS}",
-    r"^[-._a-zA-Z0-9]+$": "must be letters, digits, '-', '.' and '_'",
-}
-
-_UNION_MEMBERS = ("int", "str", "float", "bool", "constrained-int", "constrained-str", "constrained-float")
-
-
-def _short(name: str, limit: int = 64) -> str:
-    """A field name as an error shows it: a 1 MB key is not echoed back."""
-    return name if len(name) <= limit else f"{name[:limit]}...({len(name)} characters)"
-
-
-def _pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
-    by_path: dict[str, tuple[str, dict[str, Any]]] = {}
-    for err in exc.errors():
-        # A union (int | str) reports once per member: keep the member that matches the input's type.
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_MEMBERS))
-        parts = [prefix, *(f"[{p}]" if isinstance(p, int) else _short(str(p)) for p in loc)]
-        path = ".".join(p for p in parts if p).replace(".[", "[")
-        previous = by_path.get(path)
-        if previous is not None and not (
-            isinstance(err.get("input"), str) and err["type"].startswith("string_")
-        ):
-            continue
-        by_path[path] = (err["type"], {**err, "loc": loc})
-    errors = []
-    for path, (kind, details) in by_path.items():
-        loc = details["loc"]
-        if kind == "extra_forbidden":
-            parent = _resolve_model(root, loc[:-1])
-            hint = _unknown_field_hint(str(loc[-1]), parent) if parent else ""
-            message = f"unknown field{hint}"
-        else:
-            message = _message(kind, details)
-        errors.append(FieldError(path, message))
-    return errors
-
-
-def _message(kind: str, details: dict[str, Any]) -> str:
-    """A pydantic error in words: with the value given where its type or form is wrong."""
-    value = details.get("input")
-    if kind == "string_pattern_mismatch":
-        return _pattern_message(str((details.get("ctx") or {}).get("pattern", "")), value)
-    if kind in ("int_type", "int_from_float") and isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():  # 1e5 or 4.0: YAML made it a float
-            return (f"must be a whole number written without a decimal point or exponent, got {value!r} "
-                    f"(write {int(value)})")
-        return f"must be a whole number, got {value!r}"
-    message = _MESSAGES[kind](details.get("ctx") or {}) if kind in _MESSAGES else str(details["msg"])
-    return f"{message}, got {_shown(value)}" if kind in _TYPE_ERRORS else message
-
-
-def _pattern_message(pattern: str, value: Any) -> str:
-    if pattern == STORAGE_URI_PATTERN and isinstance(value, str):
-        problem = storage_uri_problem(value, plain_path=False)
-        return problem or f"must be {STORAGE_ACCEPTED}, got {_shown(value)}"
-    words = _PATTERN_WORDS.get(pattern, f"must match the pattern {pattern}")
-    return f"{words}, got {_shown(value)}"
-
-
-def _shown(value: Any) -> str:
-    """A value as an error quotes it: as YAML writes it, a string quoted (saying so where it looks like a
-    number, which quotes in the YAML make a string), a long one cut short."""
-    if isinstance(value, str):
-        quoted = repr(_short(value))
-        return f"the string {quoted}" if _looks_like_number(value) else quoted
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return _short(repr(value))
-
-
-def _looks_like_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def hyperparams_for(experiment: RLExperiment) -> CommonParams:
@@ -364,7 +55,7 @@ def config_errors(algorithm: str, config: Any, path: str) -> list[FieldError]:
     try:
         validate_manifest_model(params_cls, config)
     except ValidationError as exc:
-        return with_hyperparameter_hints(_pydantic_errors(exc, params_cls, path), algorithm, path)
+        return with_hyperparameter_hints(pydantic_errors(exc, params_cls, path), algorithm, path)
     return []
 
 
@@ -395,7 +86,7 @@ def multi_agent_errors(experiment: RLExperiment) -> list[FieldError]:
         try:
             policy_params(experiment, policy)
         except ValidationError as exc:
-            errors.extend(with_hyperparameter_hints(_pydantic_errors(exc, params_cls, f"{path}.config"),
+            errors.extend(with_hyperparameter_hints(pydantic_errors(exc, params_cls, f"{path}.config"),
                                                     experiment.spec.algorithm, f"{path}.config"))
     return errors
 
@@ -576,7 +267,7 @@ def unrepresentable_values(doc: Any, path: str = "") -> list[FieldError]:
         if isinstance(node, dict | list) and depth >= MAX_NESTING:
             errors.append(FieldError(field, f"nested more than {MAX_NESTING} levels deep"))
         elif isinstance(node, dict):
-            stack.extend((value, f"{where}.{_short(str(key))}" if where else str(key), depth + 1, field)
+            stack.extend((value, f"{where}.{shortened(str(key))}" if where else str(key), depth + 1, field)
                          for key, value in node.items())
         elif isinstance(node, list):
             stack.extend((value, f"{where}[{i}]", depth + 1, field) for i, value in enumerate(node))
@@ -605,7 +296,7 @@ def parse_resource(doc: dict[str, Any], model: type[ResourceT], kind: str, *, st
     try:
         return validate_manifest_model(model, body)
     except ValidationError as exc:
-        raise ManifestError(_pydantic_errors(exc, model, "")) from None
+        raise ManifestError(pydantic_errors(exc, model, "")) from None
 
 
 ENVELOPE_FIELDS = ("apiVersion", "kind")
@@ -717,7 +408,7 @@ def _renamed_to_aliases(data: Any, model: type[BaseModel]) -> Any:
         name = field.alias if field is not None and field.alias else key
         if field is None:
             field = next((f for f in model.model_fields.values() if f.alias == key), None)
-        nested = _model_in(field.annotation) if field is not None else None
+        nested = model_in(field.annotation) if field is not None else None
         if nested is not None:
             value = ([_renamed_to_aliases(item, nested) for item in value] if isinstance(value, list)
                      else _renamed_to_aliases(value, nested))

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from kuberl.api.types import Phase
-from kuberl.api.validation import dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 
 EVENTS_SHOWN = 20
 

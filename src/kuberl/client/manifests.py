@@ -12,17 +12,11 @@ import copy
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from kuberl.api.field_errors import FieldError, ManifestError, fail
 from kuberl.api.sweep_types import RLSweep
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import (
-    FieldError,
-    ManifestError,
-    apply_overrides,
-    cluster_errors,
-    fail,
-    parse_yaml,
-    validate_document,
-)
+from kuberl.api.validation import cluster_errors, validate_document
+from kuberl.api.yaml_text import apply_overrides, parse_yaml
 
 
 @runtime_checkable

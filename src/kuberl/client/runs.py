@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kuberl.api.validation import fail
+from kuberl.api.field_errors import fail
 
 if TYPE_CHECKING:
     from kuberl.trainer.storage.base import CheckpointInfo, ObjectStore

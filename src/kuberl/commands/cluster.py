@@ -111,7 +111,7 @@ def _outcome(name: str, status: dict[str, Any]) -> int:
 
 @_handled
 def cmd_submit(args: argparse.Namespace) -> int:
-    from kuberl.api.validation import parse_yaml
+    from kuberl.api.yaml_text import parse_yaml
     from kuberl.client.manifests import prepare
 
     source: Any = parse_yaml(sys.stdin.read(), "stdin") if args.file == "-" else args.file

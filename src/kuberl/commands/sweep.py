@@ -26,7 +26,7 @@ def add_commands(sub: Any) -> None:
 
 
 def _read_text(path: str) -> str:
-    from kuberl.api.validation import fail
+    from kuberl.api.field_errors import fail
 
     if path == "-":
         return sys.stdin.read()
@@ -47,8 +47,8 @@ def _load(args: argparse.Namespace, text: str | None = None) -> Any:
 def validate_sweep_text(text: str, args: argparse.Namespace) -> int:
     """`kuberl validate` of an RLSweep: the schema, the ranges, every parameter's values in the template, and
     (unless --skip-env-checks) the template's env checks."""
+    from kuberl.api.field_errors import ManifestError
     from kuberl.api.sweep_validation import sweep_cluster_errors
-    from kuberl.api.validation import ManifestError
 
     sweep = _load(args, text)
     errors = sweep_cluster_errors(sweep) if args.cluster else []
@@ -66,7 +66,7 @@ def validate_sweep_text(text: str, args: argparse.Namespace) -> int:
 
 def _check_template_env(sweep: Any) -> None:
     """The template's env checks before any trial starts: a mistake there would fail every trial."""
-    from kuberl.api.validation import ManifestError
+    from kuberl.api.field_errors import ManifestError
     from kuberl.sweep.checks import template_env_errors
 
     errors = template_env_errors(sweep)

@@ -24,8 +24,9 @@ from kuberl.api.contract import (
     WORKER_ROLE,
     TrainerStatus,
 )
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.types import TERMINAL_PHASES, RLExperiment
-from kuberl.api.validation import ManifestError, cluster_errors, validate_document
+from kuberl.api.validation import cluster_errors, validate_document
 from kuberl.operator import names
 from kuberl.operator.builders import (
     Owner,

@@ -15,11 +15,11 @@ from typing import Any
 from kubernetes.client import ApiException
 from pydantic import ValidationError
 
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.sweep_types import PLURAL as SWEEP_PLURAL
 from kuberl.api.sweep_types import RLSweep, RLSweepStatus
 from kuberl.api.sweep_validation import validate_sweep_document
 from kuberl.api.types import GROUP, PLURAL, VERSION
-from kuberl.api.validation import ManifestError
 from kuberl.operator.builders.trial import build_trial, sweep_selector
 from kuberl.operator.cluster import Cluster
 from kuberl.operator.reconcile import manifest_document

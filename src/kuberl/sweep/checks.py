@@ -5,9 +5,10 @@ trial."""
 
 from __future__ import annotations
 
+from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.sweep_types import RLSweep
 from kuberl.api.types import API_VERSION, KIND
-from kuberl.api.validation import FieldError, ManifestError, validate_document
+from kuberl.api.validation import validate_document
 
 
 def template_env_errors(sweep: RLSweep) -> list[FieldError]:

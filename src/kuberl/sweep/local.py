@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.sweep_types import (
     FINISHED_TRIAL_STATES,
     RLSweep,
@@ -30,7 +31,7 @@ from kuberl.api.sweep_types import (
     TrialState,
 )
 from kuberl.api.types import API_VERSION, KIND
-from kuberl.api.validation import FieldError, ManifestError, dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 from kuberl.sweep import plan, search
 from kuberl.sweep.pbt import step_round
 from kuberl.sweep.search import Outcome, SweepState

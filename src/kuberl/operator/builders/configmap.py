@@ -6,7 +6,7 @@ from typing import Any
 
 from kuberl.api.defaults import SET_FIELDS_ANNOTATION, spec_fields_set
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 from kuberl.operator import names
 from kuberl.operator.builders.common import Owner, metadata
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from kuberl.api.validation import dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 from kuberl.trainer.algorithms.checkpoint_fit import EXPERIMENT_FILE, model_mismatch_errors
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.iteration_result import IterationResult, StepResult
@@ -335,7 +335,7 @@ class Algorithm:
         """Load a checkpoint directory, or the latest complete checkpoint under a run root. Refused (ManifestError)
         where this algorithm's networks or observation filter are set otherwise than the checkpoint's experiment
         (`checkpoint_fit.MODEL_FIELDS`): its weights would not load, or would act otherwise."""
-        from kuberl.api.validation import ManifestError
+        from kuberl.api.field_errors import ManifestError
         from kuberl.trainer.storage.checkpoints import load_checkpoint
 
         files, info = load_checkpoint(str(uri_or_path), endpoint=self.spec.storage.endpoint,

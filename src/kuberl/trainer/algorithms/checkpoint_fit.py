@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.base import StrictModel
+from kuberl.api.field_errors import FieldError, validate_manifest_model
 from kuberl.api.hyperparams import CommonParams
-from kuberl.api.validation import FieldError, in_manifest_names, validate_manifest_model
+from kuberl.api.validation import in_manifest_names
 
 EXPERIMENT_FILE = "experiment.yaml"
 MODEL_FIELDS = ("hidden", "model", "activation", "observation_filter", "dueling")

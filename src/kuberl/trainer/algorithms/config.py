@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 from pydantic.alias_generators import to_camel
 
 from kuberl.api.algorithms import REGISTRY
+from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.hyperparams import CommonParams
 from kuberl.api.types import API_VERSION, KIND, RLExperiment
-from kuberl.api.validation import FieldError, ManifestError, hyperparams_for, load_manifest, validate_document
+from kuberl.api.validation import hyperparams_for, load_manifest, validate_document
 from kuberl.trainer.run.callbacks import (
     Callbacks,
     EpisodeHook,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kuberl.api.validation import ManifestError, fail, load_stored_manifest
+from kuberl.api.field_errors import ManifestError, fail
+from kuberl.api.validation import load_stored_manifest
 
 if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kuberl.api.validation import fail
+from kuberl.api.field_errors import fail
 from kuberl.trainer.evaluation.checkpoint import load_algorithm
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import gymnasium as gym
 
 from kuberl.api.algorithms import REGISTRY
+from kuberl.api.field_errors import FieldError
 from kuberl.api.multiagent import POLICIES_PATH, map_agents, mapping_errors, policies_of
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import FieldError
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.multiagent.algorithm import ALGORITHMS, UNSUPPORTED
 from kuberl.trainer.multiagent.envs import AgentSpaces, is_multi_agent, spec_agent_spaces

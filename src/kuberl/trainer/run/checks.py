@@ -5,8 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 
 from kuberl.api.algorithms import REGISTRY
+from kuberl.api.field_errors import FieldError
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import FieldError, hyperparams_for, may_name_multi_agent_env, minibatch_errors
+from kuberl.api.validation import hyperparams_for, may_name_multi_agent_env, minibatch_errors
 from kuberl.trainer.models.image_shapes import ImageLayoutError, conv_output_shape, is_image_space
 from kuberl.trainer.run.callbacks import CallbacksNotFound, import_callbacks_class
 from kuberl.trainer.run.env_failures import env_construction_errors

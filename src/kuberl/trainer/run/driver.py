@@ -11,8 +11,8 @@ from __future__ import annotations
 import traceback
 
 from kuberl.api.contract import RESULT_FAILED, RESULT_INVALID_SPEC
+from kuberl.api.field_errors import ManifestError
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import ManifestError
 from kuberl.trainer.run.live_status import LiveStatus
 from kuberl.trainer.run.log_capture import start_capture
 from kuberl.trainer.run.metrics import TrainerMetrics, metrics_registry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kuberl.api.validation import FieldError
+from kuberl.api.field_errors import FieldError
 
 
 def env_construction_errors(env_id: str, exc: BaseException) -> list[FieldError]:

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 
 from kuberl.api.algorithms import REGISTRY
+from kuberl.api.field_errors import FieldError
 from kuberl.api.types import RLExperiment
-from kuberl.api.validation import FieldError, hyperparams_for
+from kuberl.api.validation import hyperparams_for
 from kuberl.trainer.replay.buffers import split_capacity
 from kuberl.trainer.replay.memory import FrameLayout, action_bytes, bytes_per_transition, replay_bytes
 from kuberl.trainer.sampling.envs import EnvSpaces

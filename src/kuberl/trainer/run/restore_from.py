@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from kuberl.api.validation import FieldError, ManifestError
+from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.trainer.algorithms.base import COUNTERS_FILE, RNG_FILE
 from kuberl.trainer.storage.base import StorageError
 from kuberl.trainer.storage.checkpoints import load_checkpoint

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.contract import ENV_IMAGE
-from kuberl.api.validation import dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 from kuberl.trainer.cpu import cpu_model, cpu_summary
 from kuberl.trainer.machine import usable_cores
 from kuberl.trainer.storage.errors import NotFound
@@ -125,7 +125,8 @@ def record_key(attempt: int) -> str:
 
 def resolved_manifest(experiment: RLExperiment) -> dict[str, Any]:
     """The manifest with every default filled in, spec.config's hyperparameters included."""
-    from kuberl.api.validation import ManifestError, hyperparams_for
+    from kuberl.api.field_errors import ManifestError
+    from kuberl.api.validation import hyperparams_for
 
     manifest = experiment.to_manifest()
     manifest.pop("status", None)

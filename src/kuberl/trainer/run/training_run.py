@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
 from kuberl.api.contract import RESULT_SUCCEEDED, RESULT_TERMINATED
+from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.types import Phase
-from kuberl.api.validation import FieldError, ManifestError, dump_yaml
+from kuberl.api.yaml_text import dump_yaml
 from kuberl.trainer.run.metrics import TrainerMetrics
 from kuberl.trainer.run.observer import Observers
 from kuberl.trainer.run.summary import Summary, stop_reason
