@@ -22,9 +22,24 @@ from kuberl.api.types import GROUP, PLURAL, VERSION
 MERGE_PATCH = "application/merge-patch+json"
 EVENT_SOURCE = "kuberl-operator"
 MAX_EVENT_MESSAGE = 1024
+# (connect, read) seconds for each API request. Without a limit, a request whose connection the API server or a
+# load balancer drops silently blocks its thread for ever, and the experiment it reconciles with it.
+REQUEST_TIMEOUT = (10.0, 60.0)
 
 
-def load_api_client(pool_size: int = 16) -> ApiClient:
+class TimedApiClient(ApiClient):  # type: ignore[misc]  # the kubernetes client has no type hints
+    """An API client whose requests time out (`request_timeout`) unless the call sets its own `_request_timeout`."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration,
+                 request_timeout: tuple[float, float] = REQUEST_TIMEOUT):
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
+
+    def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return super().call_api(*args, _request_timeout=_request_timeout or self.request_timeout, **kwargs)
+
+
+def load_api_client(pool_size: int = 16, request_timeout: tuple[float, float] = REQUEST_TIMEOUT) -> ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig ($KUBECONFIG or ~/.kube/config).
 
     `pool_size` should match the threads that call the client: urllib3 otherwise opens and
@@ -37,7 +52,7 @@ def load_api_client(pool_size: int = 16) -> ApiClient:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
                                            client_configuration=configuration)
-    return ApiClient(configuration)
+    return TimedApiClient(configuration, request_timeout)
 
 
 class Rejected(Exception):
