@@ -29,7 +29,7 @@ from kubernetes.client import ApiException
 from kuberl.api.contract import APP_LABEL, APP_NAME, HEAD_ROLE, ROLE_LABEL
 from kuberl.api.types import GROUP, PLURAL, TERMINAL_PHASES, VERSION, Phase
 from kuberl.operator import metrics
-from kuberl.operator.cluster import Cluster, load_api_client
+from kuberl.operator.cluster import REQUEST_TIMEOUT, Cluster, load_api_client
 from kuberl.operator.experiments import Experiment, ExperimentQueue, Key, retry_seconds
 from kuberl.operator.progress import fetch_trainer_status
 from kuberl.operator.reconcile import CREATE_THREADS, experiment_of_pod, reconcile_pass
@@ -58,6 +58,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: ko
     settings.persistence.progress_storage = NoProgress()
     settings.posting.level = logging.WARNING  # events are the operator's own, not Kopf's log lines
     settings.watching.server_timeout = 300
+    # A watch whose connection drops without a word would otherwise wait for events for ever: the client ends
+    # it a little after the server should have, and Kopf starts a new one. Other requests: cluster.py's limits.
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = REQUEST_TIMEOUT[0]
+    settings.networking.connect_timeout = REQUEST_TIMEOUT[0]
+    settings.networking.request_timeout = REQUEST_TIMEOUT[1]
     # The API server filters the pod watch: the operator never receives the namespace's (or cluster's) other pods.
     settings.watching.label_selectors["v1", "pods"] = f"{APP_LABEL}={APP_NAME},{ROLE_LABEL}"
     asyncio.get_running_loop().set_default_executor(
