@@ -54,12 +54,13 @@ def test_apex_workers_go_to_the_worker_pod_first_and_shards_stay_on_the_head(clu
     pods = experiments.wait(name, lambda: _pods(experiments, name), "the head and worker pods to run", timeout=300)
     status = experiments.wait_phase(name, "Succeeded", "Failed", timeout=420)
     assert status["phase"] == "Succeeded", experiments.explain(name)
-    assert status["timesteps"] >= TIMESTEPS and status["attempt"] == 1
+    assert status["timesteps"] >= TIMESTEPS and status["attempt"] == 1, experiments.explain(name)
 
     results = RunFiles(cluster, name).results()
     assert results, experiments.explain(name)
     last = results[-1]
-    assert last["sampler"]["workerRestarts"] == 0 and last["sampler"]["shardRestarts"] == 0, last["sampler"]
+    assert last["sampler"]["workerRestarts"] == 0 and last["sampler"]["shardRestarts"] == 0, (
+        last["sampler"], experiments.explain(name))
     assert last["learner"]["updates"] > 0, last["learner"]
 
     # The shards, with their figures: each holds its half of the capacity, was added to and sampled from.

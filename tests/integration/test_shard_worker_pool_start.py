@@ -1,5 +1,7 @@
 """The replay-shard topology's workers start before the first iteration (`ShardWorkerPool.wait_until_up`), on a
-real local Ray: a slow start is waited for, one past the bound is named and left, a failed start counts as up."""
+real local Ray: a slow start is waited for, one past the bound is named and left, a failed start counts as up.
+A worker that dies is replaced, but workers that can never start fail the run with their cause instead of
+being replaced for ever (the same bound in IMPALA's and APPO's FragmentQueue)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ def _pool(ray, starts: list[tuple[float, bool]]) -> ShardWorkerPool:
 
         def ready(self) -> bool:
             return True
+
+        def run(self, position: int) -> int:
+            return position
 
     actor = ray.remote(SlowToStart).options(num_cpus=0, max_restarts=0)
     return ShardWorkerPool(lambda position, slots: actor.remote(*starts[position]), len(starts), policy_factory=None)
@@ -55,5 +60,60 @@ def test_a_worker_not_up_within_the_bound_is_named_and_the_others_go_on(ray_sess
         assert ray_session.wait([pool.actors[1].ready.remote()], timeout=0)[0] == []
         assert time.monotonic() - began < 60, "a hang guard: the bounded wait took far longer than its 2 s"
         assert "rollout workers 2 had not started after 2 s" in caplog.text
+    finally:
+        pool.stop()
+
+
+def _reports_until_failure(pool: ShardWorkerPool, calls: int) -> tuple[int, BaseException | None]:
+    """Dispatch and collect up to `calls` times: (reports received, the error that ended it, if one did)."""
+    received = 0
+    for _ in range(calls):
+        pool.dispatch(lambda position, state: (position,))
+        try:
+            received += len(pool.reports(timeout=30))
+        except RuntimeError as error:
+            return received, error
+    return received, None
+
+
+def test_workers_that_can_never_start_fail_the_run_with_their_cause(ray_session) -> None:
+    class CannotImport:  # shipped by value: it fails where it is built, as a missing module on a worker pod does
+        def __init__(self) -> None:
+            raise ImportError("No module named 'my_envs'")
+
+        def run(self, position: int) -> int:
+            return position
+
+    actor = ray_session.remote(CannotImport).options(num_cpus=0, max_restarts=0)
+    pool = ShardWorkerPool(lambda position, slots: actor.remote(), 2, policy_factory=None)
+    try:
+        received, error = _reports_until_failure(pool, calls=50)
+        assert received == 0 and error is not None, "the pool replaced workers that cannot start without end"
+        assert "rollout workers died 7 times in a row without returning a report" in str(error)
+        assert "No module named 'my_envs'" in str(error)
+        assert pool.restarts == 6  # 3 per worker were replaced before it gave up
+    finally:
+        pool.stop()
+
+
+def test_a_worker_that_dies_now_and_then_is_replaced_for_as_long_as_reports_come(ray_session) -> None:
+    class DiesOnEvenStarts:  # odd starts work; a dead worker's replacement is the next start
+        def __init__(self, start: int) -> None:
+            if start % 2 == 0:
+                raise RuntimeError("lost its node")
+
+        def run(self, position: int) -> int:
+            return position
+
+    actor = ray_session.remote(DiesOnEvenStarts).options(num_cpus=0, max_restarts=0)
+    starts = iter(range(1, 1000))
+    pool = ShardWorkerPool(lambda position, slots: actor.remote(next(starts)), 1, policy_factory=None)
+    try:
+        for _ in range(10):  # one death, one report, and again: never 4 deaths in a row
+            received, error = _reports_until_failure(pool, calls=1)
+            assert error is None
+            if received:
+                pool.actors[0] = actor.remote(next(starts))  # the next start dies again
+        assert pool.restarts >= 4
     finally:
         pool.stop()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.errors import DeathsInARow, actor_died_errors
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import SampleBatch, WorkerConfig, WorkerPolicies
 from kuberl.trainer.sampling.worker_set import WorkerSet
@@ -31,8 +31,7 @@ class FragmentQueue:
         self.queue: deque[SampleBatch] = deque()
         self.in_flight: dict[Any, int] = {}  # sample call -> worker position
         self.backpressured_polls = 0
-        self.deaths_in_a_row = 0  # worker deaths since a fragment last arrived
-        self.max_deaths_in_a_row = 3 * max(1, num_workers)
+        self.deaths = DeathsInARow(num_workers)  # since a fragment last arrived
         cpus = 1.0
         if num_workers > 0:
             import ray
@@ -87,12 +86,9 @@ class FragmentQueue:
                 continue  # its worker died and was replaced meanwhile
             try:
                 arrived.append(ray.get(ref))
-                self.deaths_in_a_row = 0
-            except actor_died_errors():
-                self.deaths_in_a_row += 1
-                if self.deaths_in_a_row > self.max_deaths_in_a_row:
-                    raise RuntimeError(f"rollout workers died {self.deaths_in_a_row} times in a row without "
-                                       "returning a fragment; see the workers' logs") from None
+                self.deaths.delivered()
+            except actor_died_errors() as error:
+                self.deaths.died(error, "a fragment")
                 self.in_flight = {r: p for r, p in self.in_flight.items() if p != position}
                 self.workers.replace(position)
         self.queue.extend(arrived)

@@ -2,7 +2,8 @@
 
 The driver keeps one `run` call in flight per worker (`dispatch`); each call samples some fragments, adds
 their transitions to the shards and comes back with a small report (env steps, bytes sent, episodes, the
-filter's delta), never the transitions. A worker that dies is replaced (`reports`). Weights do not go
+filter's delta), never the transitions. A worker that dies is replaced (`reports`), unless the workers keep
+dying without a report in between (`DeathsInARow`). Weights do not go
 through here: between fragments each worker asks the learner actor for newer weights without waiting.
 """
 
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kuberl.trainer.distributed.errors import actor_died_errors
+from kuberl.trainer.distributed.errors import DeathsInARow, actor_died_errors
 from kuberl.trainer.distributed.shard_worker import WorkerReport
 from kuberl.trainer.sampling.filters import RunningStats
 from kuberl.trainer.sampling.rollout_worker import PolicyFactory
@@ -37,6 +38,7 @@ class ShardWorkerPool:
         self.actors = [start_actor(position, slots) for position in range(count)]
         self.in_flight: dict[Any, int] = {}  # run call -> worker position
         self._restarts = 0
+        self.deaths = DeathsInARow(count)  # since a run call last came back
         self.filter_state: RunningStats | None = None
 
     @property
@@ -90,7 +92,9 @@ class ShardWorkerPool:
             position = self.in_flight.pop(ref)
             try:
                 reports.append(ray.get(ref))
-            except actor_died_errors():
+                self.deaths.delivered()
+            except actor_died_errors() as error:
+                self.deaths.died(error, "a report")
                 self.replace(position)
         return reports
 
