@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 
 import pytest
 
 from kuberl_testing.podrunner import AddressPool
+from kuberl_testing.podrunner.addresses import CLAIMS
 from kuberl_testing.podrunner.localpod import (
     Endpoint,
     PodSetupError,
@@ -158,6 +160,29 @@ def test_address_pool_never_hands_out_127_0_0_1_and_reuses_released_addresses_la
     assert pool.acquire() == "127.0.9.4"
     with pytest.raises(ValueError):
         AddressPool(third_octet=0)
+
+
+def _claimable(octet: int) -> bool:
+    with open(CLAIMS / f"{octet}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+def test_pools_side_by_side_never_draw_the_same_addresses_and_a_closed_pool_gives_its_own_back():
+    pools = [AddressPool() for _ in range(40)]  # as many runners as two e2e suites ever hold at once, and more
+    try:
+        octets = [pool.third_octet for pool in pools]
+        assert len(set(octets)) == len(octets)
+        assert not any(_claimable(octet) for octet in octets)  # held, even against this process
+        freed = pools.pop()
+        freed.close()
+        assert _claimable(freed.third_octet)
+    finally:
+        for pool in pools:
+            pool.close()
 
 
 def test_only_address_like_mentions_of_a_service_name_are_rewritten():

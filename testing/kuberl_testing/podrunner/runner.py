@@ -110,6 +110,7 @@ class PodRunner:
                 stop_process_tree(pod.process, pod.marker)
         for stopper in self._stoppers:
             stopper.join(30)
+        self._pool.close()
 
     def __enter__(self) -> PodRunner:
         return self.start()
