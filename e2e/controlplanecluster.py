@@ -135,7 +135,17 @@ class ControlPlaneCluster(StandInCluster):
             text += "\nnode heartbeat errors:\n" + "\n".join(self.node.errors[-5:])
         if forbidden := self.forbidden_requests(self.operator_user):
             text += "\nthe operator's requests refused by RBAC (audit log):\n" + "\n".join(forbidden[-5:])
+        if warnings := self.warning_events(namespace):
+            text += "\nWarning events:\n" + "\n".join(warnings[-5:])
         return text
+
+    def warning_events(self, namespace: str) -> list[str]:
+        """The namespace's Warning events, oldest first: the operator's reasons (a refused create names why)."""
+        try:
+            events = k8s.CoreV1Api(self.api_client).list_namespaced_event(namespace).items
+        except Exception as exc:  # noqa: BLE001 - diagnostics of a failure: say what could not be read
+            return [f"(events unreadable: {exc})"]
+        return [f"{e.involved_object.name}: {e.reason}: {e.message}" for e in events if e.type == "Warning"]
 
     # -- lifecycle --
 

@@ -42,7 +42,7 @@ MODES = {
 }
 Pair = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 # Checked by an admission plugin (OwnerReferencesPermissionEnforcement) when a child's ownerReference sets
-# blockOwnerDeletion, never sent as a request.
+# blockOwnerDeletion, never sent as a request: the real control plane's e2e runs with that plugin on.
 ADMISSION_CHECKED: set[Pair] = {("kuberl.io", "rlexperiments/finalizers", "update")}
 
 

@@ -63,8 +63,12 @@ class QuotaExceeded(Exception):
     """A ResourceQuota forbids the child for now; the message is the API server's (it names the quota)."""
 
 
-# 403 for a quota is worth retrying (the quota frees up); other 403s, 400 and 422 are not.
+# 403 for a quota is worth retrying (the quota frees up); other 403s, 400 and 422 are not,
 _REJECTED = (400, 403, 422)
+# except the OwnerReferencesPermissionEnforcement admission plugin's (OpenShift) while the API server's map of
+# resources does not know the RLExperiment CRD yet (installed moments before): it refreshes that map within
+# seconds, and a retry then passes.
+_STALE_OWNER_MAPPING = "cannot find RESTMapping"
 
 
 def _api_message(exc: ApiException) -> str:
@@ -153,6 +157,8 @@ class Cluster:
                                "installed; install the gang scheduler or drop spec.scheduling.gang") from None
             if exc.status == 403 and "exceeded quota" in message:
                 raise QuotaExceeded(message) from None
+            if exc.status == 403 and _STALE_OWNER_MAPPING in message:
+                raise  # the pass fails and is retried with backoff
             if exc.status in _REJECTED:
                 raise Rejected(f"{kind} {body['metadata']['name']!r} refused by the API server "
                                f"({exc.status}): {message}") from None

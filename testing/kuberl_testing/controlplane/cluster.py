@@ -30,13 +30,15 @@ HOST = "127.0.0.1"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service's address, the first of SERVICE_CIDR
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-# kube-apiserver 1.20's default admission plugins, named so that the process's flags say it
+# kube-apiserver 1.20's default admission plugins, named so that the process's flags say it, and one more
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle", "LimitRanger", "ServiceAccount", "TaintNodesByCondition", "Priority",
     "DefaultTolerationSeconds", "DefaultStorageClass", "StorageObjectInUseProtection",
     "PersistentVolumeClaimResize", "RuntimeClass", "CertificateApproval", "CertificateSigning",
     "CertificateSubjectRestriction", "DefaultIngressClass", "MutatingAdmissionWebhook",
     "ValidatingAdmissionWebhook", "ResourceQuota",
+    # not a default: OpenShift's, so that the operator's ownerReferences (blockOwnerDeletion) need the chart's grant
+    "OwnerReferencesPermissionEnforcement",
 )
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
                 "rules": [{"level": "Metadata"}]}
