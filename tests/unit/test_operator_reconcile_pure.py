@@ -103,3 +103,29 @@ def test_pods_of_a_former_experiment_of_the_same_name_are_on_their_way_out_not_a
     assert d.create_head is None and not d.delete_pods and d.restarts == 0 and d.status.phase == "Starting"
     after = decide(Observation(generation=1, now=now, previous=d.status, backoff_limit=0))
     assert after.create_head == 1 and after.restarts == 0
+
+
+def _accepted_status(generation: int, stalled_reason: str | None = None) -> dict:
+    conditions = [{"type": "Stalled", "status": "True", "reason": stalled_reason, "message": "x",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"}] if stalled_reason else []
+    return {"phase": "Pending", "observedGeneration": generation, "conditions": conditions}
+
+
+def test_a_spec_an_earlier_operator_accepted_keeps_its_settings_without_effect_until_it_changes():
+    body = api_object(replay={"capacity": 5000})  # PPO keeps no replay: refused in a new spec
+    del body["status"]
+    _, errors = validate_body(body)
+    assert any(e.startswith("spec.replay") and "no effect" in e for e in errors), errors
+    # the same generation, observed and not refused (queued before an upgrade): it goes on
+    body["status"] = _accepted_status(body["metadata"]["generation"])
+    experiment, errors = validate_body(body)
+    assert errors == () and experiment is not None
+    # changed since (a new generation), or refused for its spec when observed: validated in full
+    body["metadata"]["generation"] += 1
+    assert validate_body(body)[1]
+    body["status"] = _accepted_status(body["metadata"]["generation"], stalled_reason="InvalidSpec")
+    assert validate_body(body)[1]
+    # ratcheting lets through only what has no effect: a value that cannot work is refused all the same
+    body = api_object(rollouts={"workers": -1})
+    body["status"] = _accepted_status(body["metadata"]["generation"])
+    assert any(e.startswith("spec.rollouts.workers") for e in validate_body(body)[1])

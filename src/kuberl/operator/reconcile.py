@@ -48,9 +48,11 @@ from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
     KUEUE_MUTABLE_FIELDS,
     MUTABLE_FIELDS,
+    ConditionType,
     Decision,
     Observation,
     PodState,
+    Reason,
     decide,
     pod_state,
     refused_changes,
@@ -86,13 +88,26 @@ def manifest_document(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_body(body: dict[str, Any]) -> tuple[RLExperiment | None, tuple[str, ...]]:
-    """The experiment from an API object, or the errors that name the fields (schema, cross-field, cluster)."""
+    """The experiment from an API object, or the errors that name the fields (schema, cross-field, cluster).
+
+    Validation ratchets, as the API server's does: a generation of the spec that an operator accepted before
+    (an earlier version, before an upgrade) keeps its settings without effect, which this version refuses only
+    in a new or changed spec; an experiment queued or suspended across the upgrade is not failed for them."""
     try:
-        experiment = validate_document(manifest_document(body), strict=False)
+        experiment = validate_document(manifest_document(body), strict=False, stored=accepted_before(body))
     except ManifestError as exc:
         return None, tuple(str(e) for e in exc.errors[:MAX_ERRORS_SHOWN])
     errors = cluster_errors(experiment)
     return (None, tuple(str(e) for e in errors[:MAX_ERRORS_SHOWN])) if errors else (experiment, ())
+
+
+def accepted_before(body: dict[str, Any]) -> bool:
+    """Whether an operator's pass observed this generation of the spec and did not refuse it."""
+    status = status_of(body.get("status"))
+    generation = (body.get("metadata") or {}).get("generation")
+    refused = any(c.type == ConditionType.STALLED and c.status == "True" and c.reason == Reason.INVALID_SPEC
+                  for c in status.conditions)
+    return generation is not None and status.observed_generation == generation and not refused
 
 
 def _missing_secret(cluster: Cluster, experiment: RLExperiment, namespace: str) -> str | None:
