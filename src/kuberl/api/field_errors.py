@@ -27,6 +27,8 @@ from kuberl.api.types import (
     WRAPPER_NAME_PATTERN,
 )
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -36,6 +38,7 @@ class FieldError:
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
 
+
 class ManifestError(ValueError):
     """A manifest a user must fix; each problem names the field."""
 
@@ -43,21 +46,26 @@ class ManifestError(ValueError):
         self.errors = errors
         super().__init__("\n".join(str(e) for e in errors))
 
+
 def fail(path: str, message: str) -> ManifestError:
     return ManifestError([FieldError(path, message)])
+
 
 def nearest(word: str, candidates: list[str]) -> str | None:
     """The candidate a misspelt `word` most likely means, or None when none is close."""
     match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return match[0] if match else None
 
+
 def suggestion(word: str, candidates: list[str]) -> str:
     """" (did you mean 'x'?)" for the nearest candidate, or nothing."""
     match = nearest(word, candidates)
     return f" (did you mean {match!r}?)" if match else ""
 
+
 def _model_fields(model: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
+
 
 def _unknown_field_hint(key: str, model: type[BaseModel]) -> str:
     """A Python name (envs_per_worker) is answered with its manifest name exactly; anything else with the
@@ -67,10 +75,12 @@ def _unknown_field_hint(key: str, model: type[BaseModel]) -> str:
         return f" (did you mean {field.alias!r}?)"
     return suggestion(key, _model_fields(model))
 
+
 def validate_manifest_model(model: type[ModelT], data: Any) -> ModelT:
     """`data` (a manifest's mapping) as `model`, read by the manifest's camelCase names only: the CRD knows no
     other, so a Python name (envs_per_worker) that passed here would be pruned by the API server unread."""
     return model.model_validate(data, by_alias=True, by_name=False)
+
 
 def _resolve_model(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model that a location's parent refers to, for did-you-mean hints."""
@@ -86,6 +96,7 @@ def _resolve_model(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseMode
         model = model_in(field.annotation)
     return model
 
+
 def model_in(annotation: Any) -> type[BaseModel] | None:
     """The model a field holds: itself, optional, or as the items of a list."""
     for candidate in (annotation, *getattr(annotation, "__args__", ())):
@@ -94,6 +105,7 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
         if getattr(candidate, "__origin__", None) is list:
             return model_in(candidate.__args__[0])
     return None
+
 
 _MESSAGES: dict[str, Callable[[dict[str, Any]], str]] = {
     "greater_than_equal": lambda ctx: f"must be >= {ctx['ge']}",
@@ -128,7 +140,6 @@ _TYPE_ERRORS = frozenset({"int_type", "int_parsing", "int_from_float", "float_ty
 
 # What each pattern of the schema accepts, in words (spec.storage.uri's: kuberl.api.storage_uri).
 _ENDS = "starting and ending with a letter or digit"
-
 _PATTERN_WORDS: dict[str, str] = {
     DNS_SUBDOMAIN_PATTERN: f"must be lowercase letters, digits, '-' and '.', {_ENDS}",
     ENDPOINT_PATTERN: "must be an http:// or https:// URL such as http://minio:9000",
@@ -146,9 +157,11 @@ _PATTERN_WORDS: dict[str, str] = {
 
 _UNION_MEMBERS = ("int", "str", "float", "bool", "constrained-int", "constrained-str", "constrained-float")
 
+
 def shortened(name: str, limit: int = 64) -> str:
     """A field name as an error shows it: a 1 MB key is not echoed back."""
     return name if len(name) <= limit else f"{name[:limit]}...({len(name)} characters)"
+
 
 def pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) -> list[FieldError]:
     by_path: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -175,6 +188,7 @@ def pydantic_errors(exc: ValidationError, root: type[BaseModel], prefix: str) ->
         errors.append(FieldError(path, message))
     return errors
 
+
 def _message(kind: str, details: dict[str, Any]) -> str:
     """A pydantic error in words: with the value given where its type or form is wrong."""
     value = details.get("input")
@@ -188,12 +202,14 @@ def _message(kind: str, details: dict[str, Any]) -> str:
     message = _MESSAGES[kind](details.get("ctx") or {}) if kind in _MESSAGES else str(details["msg"])
     return f"{message}, got {_shown(value)}" if kind in _TYPE_ERRORS else message
 
+
 def _pattern_message(pattern: str, value: Any) -> str:
     if pattern == STORAGE_URI_PATTERN and isinstance(value, str):
         problem = storage_uri_problem(value, plain_path=False)
         return problem or f"must be {STORAGE_ACCEPTED}, got {_shown(value)}"
     words = _PATTERN_WORDS.get(pattern, f"must match the pattern {pattern}")
     return f"{words}, got {_shown(value)}"
+
 
 def _shown(value: Any) -> str:
     """A value as an error quotes it: as YAML writes it, a string quoted (saying so where it looks like a
@@ -209,11 +225,10 @@ def _shown(value: Any) -> str:
         return "a list"
     return shortened(repr(value))
 
+
 def _looks_like_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:
         return False
     return True
-
-ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -1,7 +1,7 @@
 """Turn manifest text into a validated RLExperiment, or into errors that name fields.
 
 Everything here is pure and light (pyyaml, pydantic): the operator and the CLI
-share it. Checks that need the trainer's libraries (does the env exist, does
+share it. The YAML is read by `kuberl.api.yaml_text`, and errors are worded by `kuberl.api.field_errors`. Checks that need the trainer's libraries (does the env exist, does
 the algorithm support its action space) live in `kuberl.trainer.run.checks`; both read the
 algorithm registry, `kuberl.api.algorithms`.
 """
@@ -26,12 +26,7 @@ from kuberl.api.field_errors import (
 from kuberl.api.hyperparams import CommonParams, DQNParams, PPOParams, ShardReplayParams
 from kuberl.api.multiagent import policy_errors, policy_params
 from kuberl.api.podtemplate import template_errors
-from kuberl.api.types import (
-    API_VERSION,
-    KIND,
-    PYTHON_NAME,
-    RLExperiment,
-)
+from kuberl.api.types import API_VERSION, KIND, PYTHON_NAME, RLExperiment
 from kuberl.api.yaml_text import apply_overrides, parse_yaml
 
 ResourceT = TypeVar("ResourceT", bound=BaseModel)

@@ -11,8 +11,8 @@ import yaml
 from kuberl.api.field_errors import fail
 
 MAX_MANIFEST_BYTES = 1_000_000
-
 MAX_YAML_NODES = 100_000
+
 
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader that refuses alias bombs ("billion laughs") by counting expanded nodes, and reads numbers in
@@ -23,13 +23,16 @@ class _BoundedLoader(yaml.SafeLoader):
         _count_nodes(node, budget=[MAX_YAML_NODES])
         return super().construct_document(node)
 
+
 class _NumberQuotingDumper(yaml.SafeDumper):
     """SafeDumper that quotes a string load_yaml would read back as a number (`"1e5"`, `"3e-4"`)."""
+
 
 for _resolver_class in (_BoundedLoader, _NumberQuotingDumper):
     _resolver_class.add_implicit_resolver(
         "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
         list("-+.0123456789"))
+
 
 def dump_yaml(document: Any, **options: Any) -> str:
     """YAML as kuberl writes it (a run's experiment.yaml, the operator's ConfigMap), read back the same by
@@ -37,10 +40,12 @@ def dump_yaml(document: Any, **options: Any) -> str:
     text: str = yaml.dump(document, Dumper=_NumberQuotingDumper, **options)
     return text
 
+
 def load_yaml(text: str) -> Any:
     """One YAML document (a manifest's, a --set value's) as kuberl reads every manifest; raises
     yaml.YAMLError."""
     return yaml.load(text, Loader=_BoundedLoader)
+
 
 def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
     stack = [node]
@@ -54,6 +59,7 @@ def _count_nodes(node: yaml.Node, budget: list[int]) -> None:
         elif isinstance(current, yaml.MappingNode):
             for key, value in current.value:
                 stack.extend((key, value))
+
 
 def parse_yaml(text: str, source: str = "manifest") -> dict[str, Any]:
     """Parse one YAML document into a mapping, with the line of any syntax error."""
@@ -74,6 +80,7 @@ def parse_yaml(text: str, source: str = "manifest") -> dict[str, Any]:
     if not isinstance(docs[0], dict):
         raise fail("", f"{source}: expected a mapping (apiVersion, kind, metadata, spec)")
     return docs[0]
+
 
 def apply_overrides(doc: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `--set path=value` overrides; paths are relative to `spec` unless they start with a top-level key."""
