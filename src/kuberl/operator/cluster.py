@@ -63,11 +63,11 @@ class QuotaExceeded(Exception):
     """A ResourceQuota forbids the child for now; the message is the API server's (it names the quota)."""
 
 
-# 403 for a quota is worth retrying (the quota frees up); other 403s, 400 and 422 are not,
+# 400, 403 and 422 are the user's or the platform's to fix, and no retry helps; two 403s are exceptions.
 _REJECTED = (400, 403, 422)
-# except the OwnerReferencesPermissionEnforcement admission plugin's (OpenShift) while the API server's map of
-# resources does not know the RLExperiment CRD yet (installed moments before): it refreshes that map within
-# seconds, and a retry then passes.
+# A quota's 403 passes once the quota frees up (QuotaExceeded). The OwnerReferencesPermissionEnforcement admission
+# plugin (OpenShift) refuses a child while the API server's map of resources does not know the RLExperiment CRD,
+# installed moments before; the map is refreshed within seconds, and a retry then passes.
 _STALE_OWNER_MAPPING = "cannot find RESTMapping"
 
 
