@@ -48,7 +48,6 @@ from kuberl.operator.settings import Settings
 from kuberl.operator.status import (
     KUEUE_MUTABLE_FIELDS,
     MUTABLE_FIELDS,
-    ConditionType,
     Decision,
     Observation,
     PodState,
@@ -56,6 +55,7 @@ from kuberl.operator.status import (
     decide,
     pod_state,
     refused_changes,
+    stalled,
     status_of,
     with_mutable_fields,
 )
@@ -105,8 +105,8 @@ def accepted_before(body: dict[str, Any]) -> bool:
     """Whether an operator's pass observed this generation of the spec and did not refuse it."""
     status = status_of(body.get("status"))
     generation = (body.get("metadata") or {}).get("generation")
-    refused = any(c.type == ConditionType.STALLED and c.status == "True" and c.reason == Reason.INVALID_SPEC
-                  for c in status.conditions)
+    refusal = stalled(status.conditions)
+    refused = refusal is not None and refusal.reason == Reason.INVALID_SPEC
     return generation is not None and status.observed_generation == generation and not refused
 
 

@@ -2,7 +2,7 @@
 (`Observation` -> `Decision`: the new typed `.status` and the actions to take). reconcile.py reads the
 API, calls `decide` and applies the decision."""
 
-from kuberl.operator.status.conditions import ConditionType, Reason, set_condition
+from kuberl.operator.status.conditions import ConditionType, Reason, set_condition, stalled
 from kuberl.operator.status.decision import Decision, Event, decide, out_of_memory
 from kuberl.operator.status.observation import (
     KUEUE_MUTABLE_FIELDS,
@@ -33,6 +33,7 @@ __all__ = [
     "pod_state",
     "refused_changes",
     "set_condition",
+    "stalled",
     "status_of",
     "with_mutable_fields",
 ]

@@ -86,6 +86,11 @@ def capped(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
 
+def stalled(conditions: list[Condition]) -> Condition | None:
+    """The Stalled condition, where it is True (the reason the experiment cannot go on as it is)."""
+    return next((c for c in conditions if c.type == ConditionType.STALLED and c.status == "True"), None)
+
+
 def set_condition(conditions: list[Condition], type_: str, status: ConditionStatus, reason: str, message: str,
                   generation: int, now: datetime.datetime) -> list[Condition]:
     """Upsert one condition; lastTransitionTime moves only when its status changes."""

@@ -28,7 +28,7 @@ from kuberl.api.contract import (
     RESULT_SUCCEEDED,
     WORKER_ROLE,
 )
-from kuberl.api.types import TERMINAL_PHASES, ConditionStatus, Failure, Phase, RLExperimentStatus
+from kuberl.api.types import TERMINAL_PHASES, Condition, ConditionStatus, Failure, Phase, RLExperimentStatus
 from kuberl.operator.builders.podgroup import KUEUE_GATE
 from kuberl.operator.status.conditions import (
     MAX_MESSAGE,
@@ -38,6 +38,7 @@ from kuberl.operator.status.conditions import (
     capped,
     conditions_for,
     set_condition,
+    stalled,
     timestamp,
 )
 from kuberl.operator.status.observation import (
@@ -140,10 +141,7 @@ def _finish(decision: Decision, obs: Observation, phase: Phase, reason: str, mes
         kind = "Warning" if phase == Phase.FAILED else "Normal"
         decision.events.insert(0, Event(kind, reason, f"{phase}: {message}" if message else str(phase)))
     if phase not in TERMINAL_PHASES:  # a refused change or edit: one Warning while its message stays the same
-        prev_refused = next((c for c in obs.previous.conditions if c.type == ConditionType.STALLED
-                             and c.status == "True" and c.reason in REFUSAL_REASONS), None)
-        now_refused = next((c for c in status.conditions if c.type == ConditionType.STALLED
-                            and c.status == "True" and c.reason in REFUSAL_REASONS), None)
+        prev_refused, now_refused = _refusal(obs.previous.conditions), _refusal(status.conditions)
         if now_refused and (prev_refused is None or prev_refused.message != now_refused.message):
             decision.events.append(Event("Warning", now_refused.reason, now_refused.message))
     status.workers = status.workers or 0
@@ -155,6 +153,12 @@ def _fail(decision: Decision, obs: Observation, reason: str, message: str, *, ke
     decision.delete_pods = [p.name for p in obs.pods if not p.deleting and not (keep_head and p is head)]
     decision.status.workers = 0
     return _finish(decision, obs, Phase.FAILED, reason, message)
+
+
+def _refusal(conditions: list[Condition]) -> Condition | None:
+    """A True Stalled condition that refuses a change while the pods go on running what they run."""
+    condition = stalled(conditions)
+    return condition if condition is not None and condition.reason in REFUSAL_REASONS else None
 
 
 def _wait_for_quota(decision: Decision, obs: Observation) -> Decision:
@@ -204,9 +208,8 @@ def _summary_from(head: PodState, status: RLExperimentStatus) -> str:
 def decide(obs: Observation) -> Decision:
     decision = _base(obs)
     previous = obs.previous
-    prev_reason = next((c.reason for c in previous.conditions
-                        if c.type == ConditionType.STALLED and c.status == "True"), None)
-    spec_failure = previous.phase == Phase.FAILED and prev_reason in SPEC_FAILURES
+    prev_stalled = stalled(previous.conditions)
+    spec_failure = previous.phase == Phase.FAILED and prev_stalled is not None and prev_stalled.reason in SPEC_FAILURES
     fixed_spec = spec_failure and not obs.spec_errors and obs.generation > (previous.observed_generation or 0)
 
     if obs.spec_errors and (previous.phase not in TERMINAL_PHASES or spec_failure):
