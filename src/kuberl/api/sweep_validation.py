@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +22,7 @@ from kuberl.api.field_errors import FieldError, ManifestError, nearest, validate
 from kuberl.api.results import metric_error
 from kuberl.api.sweep_types import KIND, PARAMETER_PATH_PATTERN, PLURAL, RLSweep, RLSweepSpec, SweepParameter
 from kuberl.api.types import API_VERSION, RLExperimentSpec, RolloutsSpec
+from kuberl.api.types import KIND as EXPERIMENT_KIND
 from kuberl.api.validation import (
     ENVELOPE_FIELDS,
     may_name_multi_agent_env,
@@ -171,10 +173,8 @@ def _template_errors(index: int, parameter: SweepParameter, template: dict[str, 
             return []
         probes = [(f"{where}.low", cast(low)), (f"{where}.high", cast(high))]
     for field, value in probes:
-        doc = {"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep_name},
-               "spec": trial_spec(template, {parameter.path: value})}
         try:
-            validate_document(doc)
+            validate_document(template_document(trial_spec(template, {parameter.path: value}), sweep_name))
         except ManifestError as exc:
             reasons = "; ".join(str(e).replace("spec.", "template.", 1) for e in exc.errors[:3])
             if any(e.message.startswith("unknown field") for e in exc.errors):
@@ -183,14 +183,23 @@ def _template_errors(index: int, parameter: SweepParameter, template: dict[str, 
     return []
 
 
+def template_document(template: Any, sweep_name: str) -> dict[str, Any]:
+    """A sweep's template (a spec in manifest form) as an RLExperiment manifest."""
+    return {"apiVersion": API_VERSION, "kind": EXPERIMENT_KIND, "metadata": {"name": sweep_name}, "spec": template}
+
+
+def under_template(errors: Iterable[FieldError]) -> list[FieldError]:
+    """Errors of the template's RLExperiment (spec.x), named as the sweep's fields (spec.template.x)."""
+    return [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in errors]
+
+
 def template_errors(template: Any, sweep_name: str) -> list[FieldError]:
     """The template (a spec in manifest form) validated as an RLExperiment, its errors named under
     spec.template."""
     try:
-        validate_document({"apiVersion": API_VERSION, "kind": "RLExperiment",
-                           "metadata": {"name": sweep_name}, "spec": template})
+        validate_document(template_document(template, sweep_name))
     except ManifestError as exc:
-        return [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in exc.errors]
+        return under_template(exc.errors)
     return []
 
 
@@ -363,10 +372,8 @@ def sweep_cluster_errors(sweep: RLSweep) -> list[FieldError]:
     from kuberl.api.validation import cluster_errors, validate_document
 
     spec = sweep.spec
-    template = {"apiVersion": API_VERSION, "kind": "RLExperiment", "metadata": {"name": sweep.name},
-                "spec": spec.template.to_manifest(exclude_unset=True)}
-    errors = [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message)
-              for e in cluster_errors(validate_document(template)) if e.path != "spec.storage.uri"]
+    template = template_document(spec.template.to_manifest(exclude_unset=True), sweep.name)
+    errors = under_template(e for e in cluster_errors(validate_document(template)) if e.path != "spec.storage.uri")
     if spec.objective.metric not in STATUS_METRICS:
         errors.append(FieldError("spec.objective.metric", f"the operator reads trials' status, which reports "
                                  f"{' and '.join(STATUS_METRICS)}; {spec.objective.metric!r} is only for "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.sweep_types import RLSweep
-from kuberl.api.types import API_VERSION, KIND
+from kuberl.api.sweep_validation import template_document, under_template
 from kuberl.api.validation import validate_document
 
 
@@ -16,12 +16,11 @@ def template_env_errors(sweep: RLSweep) -> list[FieldError]:
     from kuberl.trainer.run.checks import callbacks_errors, env_errors
     from kuberl.trainer.run.task_defaults import resolve_task_defaults
 
-    experiment = validate_document({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": sweep.name},
-                                    "spec": sweep.spec.template.to_manifest(exclude_unset=True)})
+    experiment = validate_document(template_document(sweep.spec.template.to_manifest(exclude_unset=True), sweep.name))
     errors = env_errors(experiment) + callbacks_errors(experiment)
     if not errors:  # what `kuberl train` adds to each trial
         try:
             resolve_task_defaults(experiment, measure=False)
         except ManifestError as exc:
             errors = exc.errors
-    return [FieldError(e.path.replace("spec.", "spec.template.", 1), e.message) for e in errors]
+    return under_template(errors)
