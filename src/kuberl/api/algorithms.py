@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kuberl.api.base import manifest_names
 from kuberl.api.hyperparams import (
     ApexDQNParams,
     APPOParams,
@@ -90,7 +91,7 @@ HYPERPARAMS: dict[str, type[CommonParams]] = {name: entry.hyperparams for name, 
 
 def hyperparameter_names(algorithm: str) -> list[str]:
     """`spec.config`'s keys for `algorithm`, by their manifest (camelCase) names."""
-    return [info.alias or name for name, info in REGISTRY[algorithm].hyperparams.model_fields.items()]
+    return manifest_names(REGISTRY[algorithm].hyperparams)
 
 
 def unknown_hyperparameter(key: str, algorithm: str, shown: str | None = None) -> str | None:

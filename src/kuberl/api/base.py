@@ -8,6 +8,18 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
+def manifest_names(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """The names a manifest gives `model`'s fields (camelCase aliases), in field order; `prefix`: only the fields
+    whose Python name starts with it."""
+    return [info.alias or name for name, info in model.model_fields.items() if name.startswith(prefix)]
+
+
+def at_default(model: BaseModel, name: str) -> bool:
+    """Whether the field `name` of `model` holds its default value."""
+    info = type(model).model_fields[name]
+    return bool(getattr(model, name) == info.get_default(call_default_factory=True, validated_data={}))
+
+
 class StrictModel(BaseModel):
     """Strict camelCase model: unknown fields are errors (typos must not pass silently), and no value is
     coerced ("yes" or 1 for true, true or "5" for an integer) that the CRD schema would refuse."""
@@ -40,6 +52,5 @@ def _mark_changed(model: BaseModel) -> None:
         for child in value if isinstance(value, list) else [value]:
             if isinstance(child, BaseModel):
                 _mark_changed(child)
-        if name not in model.model_fields_set and not info.is_required() and (
-                value != info.get_default(call_default_factory=True, validated_data={})):
+        if name not in model.model_fields_set and not info.is_required() and not at_default(model, name):
             model.model_fields_set.add(name)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kuberl.api.base import manifest_names
 from kuberl.api.storage_uri import ACCEPTED as STORAGE_ACCEPTED
 from kuberl.api.storage_uri import storage_uri_problem
 from kuberl.api.types import (
@@ -63,17 +64,13 @@ def suggestion(word: str, candidates: list[str]) -> str:
     return f" (did you mean {match!r}?)" if match else ""
 
 
-def _model_fields(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items()]
-
-
 def _unknown_field_hint(key: str, model: type[BaseModel]) -> str:
     """A Python name (envs_per_worker) is answered with its manifest name exactly; anything else with the
     nearest manifest name."""
     field = model.model_fields.get(key)
     if field is not None and field.alias and field.alias != key:
         return f" (did you mean {field.alias!r}?)"
-    return suggestion(key, _model_fields(model))
+    return suggestion(key, manifest_names(model))
 
 
 def validate_manifest_model(model: type[ModelT], data: Any) -> ModelT:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from kuberl.api.algorithms import REGISTRY, unknown_hyperparameter
+from kuberl.api.base import manifest_names
 from kuberl.api.field_errors import FieldError, ManifestError, nearest, validate_manifest_model
 from kuberl.api.results import metric_error
 from kuberl.api.sweep_types import KIND, PARAMETER_PATH_PATTERN, PLURAL, RLSweep, RLSweepSpec, SweepParameter
@@ -114,14 +115,14 @@ def _range_errors(index: int, parameter: SweepParameter, search: str) -> list[Fi
 
 
 # The template's sections that no parameter sets (config, rollouts and env.config are swept).
-_TEMPLATE_SECTIONS = frozenset(f.alias or n for n, f in RLExperimentSpec.model_fields.items()) - {"config", "rollouts", "env"}
+_TEMPLATE_SECTIONS = frozenset(manifest_names(RLExperimentSpec)) - {"config", "rollouts", "env"}
 
 
 def _settable(algorithm: str | None) -> dict[str, list[str]]:
     """The fields a parameter may set under each of its roots, by their manifest names."""
-    fields = {"rollouts": [f.alias or n for n, f in RolloutsSpec.model_fields.items()]}
+    fields = {"rollouts": manifest_names(RolloutsSpec)}
     if algorithm in REGISTRY:
-        fields["config"] = [f.alias or n for n, f in REGISTRY[algorithm].hyperparams.model_fields.items()]
+        fields["config"] = manifest_names(REGISTRY[algorithm].hyperparams)
     return fields
 
 

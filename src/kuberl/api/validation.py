@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kuberl.api.algorithms import REGISTRY, listed, unknown_hyperparameter
+from kuberl.api.base import at_default, manifest_names
 from kuberl.api.field_errors import (
     FieldError,
     ManifestError,
@@ -133,12 +134,8 @@ def cross_field_errors(experiment: RLExperiment) -> list[FieldError]:
     return errors
 
 
-def _names(model: type[BaseModel], prefix: str = "") -> tuple[str, ...]:
-    return tuple(f.alias or n for n, f in model.model_fields.items() if n.startswith(prefix))
-
-
-SHARD_SETTINGS = _names(ShardReplayParams)  # read only on the replay-shard topology
-PRIORITY_SETTINGS = _names(DQNParams, "priority_")  # read only by a prioritized replay
+SHARD_SETTINGS = tuple(manifest_names(ShardReplayParams))  # read only on the replay-shard topology
+PRIORITY_SETTINGS = tuple(manifest_names(DQNParams, "priority_"))  # read only by a prioritized replay
 NO_REPLAY = "has no effect: {algorithm} learns on-policy and keeps no replay (spec.replay is for {replayed})"
 NO_SHARDS = ("has no effect: {algorithm} keeps one replay buffer in the learner here, and this is a setting "
              "of replay shards (spec.replay.shards >= 1 with spec.rollouts.workers >= 1)")
@@ -150,9 +147,8 @@ UNIFORM = ("has no effect: spec.replay.prioritized is false (in the manifest, or
 def _changed(model: BaseModel) -> list[str]:
     """The fields of `model` its document sets to other than their default (a full dump of the model, as
     kuberl stores a run's spec, sets every field to its default)."""
-    fields = type(model).model_fields
-    return [info.alias or name for name, info in fields.items() if name in model.model_fields_set
-            and getattr(model, name) != info.get_default(call_default_factory=True, validated_data={})]
+    return [info.alias or name for name, info in type(model).model_fields.items()
+            if name in model.model_fields_set and not at_default(model, name)]
 
 
 def unread_setting_errors(experiment: RLExperiment) -> list[FieldError]:

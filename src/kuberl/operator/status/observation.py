@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from kuberl.api.base import manifest_names
 from kuberl.api.contract import ATTEMPT_ANNOTATION, ROLE_LABEL, WORKER_ROLE, TerminationSummary, TrainerStatus
 from kuberl.api.types import RLExperimentStatus
 from kuberl.operator.builders.podgroup import KUEUE_GATE
@@ -20,7 +21,7 @@ MUTABLE_FIELDS = ("workers.replicas", "suspend", "backoffLimit", "ttlSecondsAfte
 # Under Kueue the pod group's size is fixed once queued (pod-group-total-count): a new size needs a new group.
 KUEUE_MUTABLE_FIELDS = tuple(f for f in MUTABLE_FIELDS if f != "workers.replicas")
 # The status keys the operator writes; any other key of a stored status is left as it is.
-STATUS_FIELDS = frozenset(field.alias or name for name, field in RLExperimentStatus.model_fields.items())
+STATUS_FIELDS = frozenset(manifest_names(RLExperimentStatus))
 # The kubelet's waiting reasons that no wait will cure, and its reason for a container killed at its memory limit.
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 CONFIG_ERROR_REASONS = frozenset({"CreateContainerConfigError"})
