@@ -16,9 +16,10 @@ from pydantic import ValidationError
 
 from kuberl.api.algorithms import REGISTRY
 from kuberl.api.base import StrictModel
-from kuberl.api.field_errors import FieldError, validate_manifest_model
+from kuberl.api.field_errors import FieldError, ManifestError, validate_manifest_model
 from kuberl.api.hyperparams import CommonParams
 from kuberl.api.validation import in_manifest_names
+from kuberl.api.yaml_text import load_yaml
 
 EXPERIMENT_FILE = "experiment.yaml"
 MODEL_FIELDS = ("hidden", "model", "activation", "observation_filter", "dueling")
@@ -31,9 +32,9 @@ def stored_params(files: dict[str, bytes], params: CommonParams) -> CommonParams
     if text is None:
         return None
     try:
-        spec = in_manifest_names(yaml.safe_load(text.decode()))["spec"]
+        spec = in_manifest_names(load_yaml(text.decode()))["spec"]
         stored = validate_manifest_model(REGISTRY[spec["algorithm"]].hyperparams, spec.get("config") or {})
-    except (yaml.YAMLError, UnicodeDecodeError, ValidationError, KeyError, TypeError, AttributeError):
+    except (yaml.YAMLError, ManifestError, UnicodeDecodeError, ValidationError, KeyError, TypeError, AttributeError):
         return None
     return stored if type(stored) is type(params) else None
 
