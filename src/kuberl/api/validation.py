@@ -1,9 +1,9 @@
 """Turn manifest text into a validated RLExperiment, or into errors that name fields.
 
-Everything here is pure and light (pyyaml, pydantic): the operator and the CLI
-share it. The YAML is read by `kuberl.api.yaml_text`, and errors are worded by `kuberl.api.field_errors`. Checks that need the trainer's libraries (does the env exist, does
-the algorithm support its action space) live in `kuberl.trainer.run.checks`; both read the
-algorithm registry, `kuberl.api.algorithms`.
+Everything here is pure and light (pyyaml, pydantic): the operator and the CLI share it. The YAML is read
+by `kuberl.api.yaml_text`, and errors are worded by `kuberl.api.field_errors`. Checks that need the
+trainer's libraries (does the env exist, does the algorithm support its action space) live in
+`kuberl.trainer.run.checks`; both read the algorithm registry, `kuberl.api.algorithms`.
 """
 
 from __future__ import annotations
