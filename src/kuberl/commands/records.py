@@ -65,10 +65,11 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     from kuberl.trainer.storage.errors import NotFound
     from kuberl.trainer.storage.jsonl import parse_jsonl
     from kuberl.trainer.storage.results import RESULTS
+    from kuberl.trainer.storage.run import SPEC
 
     store = open_store(args.run, endpoint=args.endpoint)
     checkpoints = list_checkpoints(store)
-    if not checkpoints and not store.exists("experiment.yaml"):
+    if not checkpoints and not store.exists(SPEC):
         raise StorageError(f"{store.uri}: no checkpoints and no experiment.yaml; is this a run directory?")
     saved_returns: dict[int, float] = {}
     try:

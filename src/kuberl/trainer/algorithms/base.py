@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from kuberl.api.yaml_text import dump_yaml
-from kuberl.trainer.algorithms.checkpoint_fit import EXPERIMENT_FILE, model_mismatch_errors
+from kuberl.trainer.algorithms.checkpoint_fit import model_mismatch_errors
 from kuberl.trainer.evaluation.episodes import EnvFactory, PlayedEpisodes, play_episodes
 from kuberl.trainer.iteration_result import IterationResult, StepResult
 from kuberl.trainer.learning.device import configure_cpu_threads, learner_device
@@ -43,6 +43,7 @@ from kuberl.trainer.sampling.sampler import Sampler
 from kuberl.trainer.sampling.seeds import evaluation_seeds
 from kuberl.trainer.sampling.worker_set import WorkerSet
 from kuberl.trainer.storage.checkpoint_listing import COUNTERS_FILE
+from kuberl.trainer.storage.run import SPEC
 
 if TYPE_CHECKING:
     from kuberl.api.hyperparams import CommonParams
@@ -324,9 +325,9 @@ class Algorithm:
 
         store = open_store(str(uri_or_path), endpoint=self.spec.storage.endpoint, region=self.spec.storage.region)
         spec_text = dump_yaml(self.experiment.to_manifest(), sort_keys=False).encode()
-        info = write_checkpoint(store, self.iteration, {**self.get_state(), EXPERIMENT_FILE: spec_text},
+        info = write_checkpoint(store, self.iteration, {**self.get_state(), SPEC: spec_text},
                                 timesteps=self.timesteps)
-        store.put_bytes(EXPERIMENT_FILE, spec_text)
+        store.put_bytes(SPEC, spec_text)
         if not read_records(store):
             write_record(store, self.experiment, attempt=0)
         return info.uri

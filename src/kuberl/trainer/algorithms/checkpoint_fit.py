@@ -20,15 +20,15 @@ from kuberl.api.field_errors import FieldError, ManifestError, validate_manifest
 from kuberl.api.hyperparams import CommonParams
 from kuberl.api.validation import in_manifest_names
 from kuberl.api.yaml_text import load_yaml
+from kuberl.trainer.storage.run import SPEC
 
-EXPERIMENT_FILE = "experiment.yaml"
 MODEL_FIELDS = ("hidden", "model", "activation", "observation_filter", "dueling")
 
 
 def stored_params(files: dict[str, bytes], params: CommonParams) -> CommonParams | None:
     """The hyperparameters (spec.config) of the experiment a checkpoint holds, where they are of the same
     algorithm as `params`; else None (no experiment.yaml that reads, or another algorithm's: refused elsewhere)."""
-    text = files.get(EXPERIMENT_FILE)
+    text = files.get(SPEC)
     if text is None:
         return None
     try:

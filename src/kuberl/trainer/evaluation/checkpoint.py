@@ -19,15 +19,16 @@ def load_algorithm(uri: str, *, endpoint: str | None = None, seed: int | None = 
     its own process; and the checkpoint's info. The caller stops the algorithm."""
     from kuberl.trainer.algorithms.config import algorithm_config_for
     from kuberl.trainer.storage.checkpoints import load_checkpoint
+    from kuberl.trainer.storage.run import SPEC
 
     files, info = load_checkpoint(uri, endpoint=endpoint)
-    if "experiment.yaml" not in files:
+    if SPEC not in files:
         raise fail("CHECKPOINT", f"{info.uri} has no experiment.yaml, so its experiment is unknown (kuberl train and "
                                  "Algorithm.save() write one; an older kuberl's save() did not)")
     overrides = ["rollouts.workers=0"]
     if seed is not None:
         overrides.append(f"config.seed={seed}")
-    experiment = _stored_experiment(files["experiment.yaml"].decode(), overrides, f"{info.uri}/experiment.yaml")
+    experiment = _stored_experiment(files[SPEC].decode(), overrides, f"{info.uri}/{SPEC}")
     algo = algorithm_config_for(experiment).build()
     try:
         algo.set_state(files)

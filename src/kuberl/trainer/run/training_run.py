@@ -23,6 +23,7 @@ from kuberl.trainer.run.observer import Observers
 from kuberl.trainer.run.summary import Summary, stop_reason
 from kuberl.trainer.run.termination import Termination
 from kuberl.trainer.storage.faults import retry_transient
+from kuberl.trainer.storage.run import SPEC
 
 if TYPE_CHECKING:
     from kuberl.api.types import RLExperiment
@@ -162,7 +163,7 @@ class TrainingRun:
         root = run_root_uri(self.options.storage_uri or spec.storage.uri, self.namespace, experiment.name)
         store = open_store(root, endpoint=spec.storage.endpoint, region=spec.storage.region)
         store.check()
-        if self.options.fresh and (store.exists("experiment.yaml") or latest_checkpoint(store) is not None):
+        if self.options.fresh and (store.exists(SPEC) or latest_checkpoint(store) is not None):
             store = open_store(fresh_run_root_uri(root), endpoint=spec.storage.endpoint, region=spec.storage.region)
         run = RunStorage(store)
         conflicts = run.resume_conflicts(experiment.to_manifest())
@@ -290,7 +291,7 @@ class TrainingRun:
     def state(self) -> dict[str, bytes]:
         """What a checkpoint holds: the algorithm's state and the experiment it trains."""
         files = dict(self.algo.get_state())
-        files["experiment.yaml"] = self.spec_text.encode()
+        files[SPEC] = self.spec_text.encode()
         return files
 
     def _checkpoint_written(self, info: CheckpointInfo) -> None:
