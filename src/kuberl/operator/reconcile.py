@@ -27,6 +27,7 @@ from kuberl.api.contract import (
 from kuberl.api.field_errors import ManifestError
 from kuberl.api.types import TERMINAL_PHASES, RLExperiment
 from kuberl.api.validation import cluster_errors, validate_document
+from kuberl.api.yaml_text import load_yaml
 from kuberl.operator import names
 from kuberl.operator.builders import (
     Owner,
@@ -147,8 +148,8 @@ def _running_spec(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
     if config is None:
         return None
     try:
-        return (yaml.safe_load((config.get("data") or {}).get(EXPERIMENT_FILE, "")) or {}).get("spec")
-    except yaml.YAMLError:
+        return (load_yaml((config.get("data") or {}).get(EXPERIMENT_FILE, "")) or {}).get("spec")
+    except (yaml.YAMLError, ManifestError):
         return None
 
 

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
 from kuberl.api.field_errors import FieldError, ManifestError
 from kuberl.api.sweep_types import (
     FINISHED_TRIAL_STATES,
@@ -31,7 +29,7 @@ from kuberl.api.sweep_types import (
     TrialState,
 )
 from kuberl.api.types import API_VERSION, KIND
-from kuberl.api.yaml_text import dump_yaml
+from kuberl.api.yaml_text import dump_yaml, load_yaml
 from kuberl.sweep import plan, search
 from kuberl.sweep.pbt import step_round
 from kuberl.sweep.search import Outcome, SweepState
@@ -148,7 +146,7 @@ class LocalSweep:
             if self.runs_dir.exists():  # kept aside, never deleted: they may hold the only copy of a policy
                 self.runs_dir.rename(self.directory / time.strftime("runs-%Y%m%d-%H%M%S", time.gmtime()))
         if state_file.exists() and spec_file.exists():
-            old = (yaml.safe_load(spec_file.read_text()) or {}).get("spec") or {}
+            old = (load_yaml(spec_file.read_text()) or {}).get("spec") or {}
             changed = [f"spec.{k}" for k in _FIXED_FIELDS if old.get(k) != manifest["spec"].get(k)]
             if changed:
                 raise ManifestError([FieldError(path, f"differs from the sweep in {self.directory} (continue it "

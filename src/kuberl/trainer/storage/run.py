@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from kuberl.api.field_errors import ManifestError
+from kuberl.api.yaml_text import load_yaml
 from kuberl.trainer.storage.base import ObjectStore
 from kuberl.trainer.storage.checkpoints import LATEST, read_latest_pointer
 from kuberl.trainer.storage.errors import NotFound
@@ -84,8 +86,8 @@ class RunStorage:
         if old_text is None:
             return []
         try:
-            old = (yaml.safe_load(old_text) or {}).get("spec") or {}
-        except yaml.YAMLError:
+            old = (load_yaml(old_text) or {}).get("spec") or {}
+        except (yaml.YAMLError, ManifestError):
             return []
         new = spec.get("spec") or {}
         problems = []
